@@ -1,0 +1,40 @@
+# Two targets a newcomer runs on a fresh machine: `make demo` and `make test`.
+# Each creates .venv if it is missing and installs the project into it.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Keep DeepSpeed's JIT-built ops between runs (the first build takes tens of seconds).
+export TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/torch_extensions
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export TOKENIZERS_PARALLELISM ?= false
+export RAY_USAGE_STATS_ENABLED ?= 0
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: demo test test-fast bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch is pinned to the CPU wheel (pyproject.toml); any other spec pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m flows.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

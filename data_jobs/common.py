@@ -1,0 +1,154 @@
+"""Shared plumbing for every layer: user errors, strict configs, atomic files, hashes.
+
+This module sits at the bottom of the import graph (flows -> bert_core -> data_jobs) and imports
+neither torch nor ray, so Ray workers and the CLI can load it cheaply.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class UserError(Exception):
+    """An error the user can fix (bad path, bad config, malformed input).
+
+    Entry points print ``bertflow: error: <message>`` on one line and exit non-zero, with no traceback.
+    The message should name the file (or option) and the problem.
+    """
+
+
+class StrictModel(BaseModel):
+    """Base for every config: immutable, unknown keys rejected, validated on assignment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def config_hash(self) -> str:
+        """Stable 16-hex-digit hash of the config; names the outputs it produces."""
+        return stable_hash(self.model_dump(mode="json"))
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line: where (file and key path) and what is wrong, for every problem pydantic found."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (typo?)"
+        parts.append(f"{loc}: {msg}")
+    return f"{source}: invalid config: " + "; ".join(parts)
+
+
+def build_config(model: type[M], data: dict[str, Any], source: str = "config") -> M:
+    """Validate ``data`` into ``model``, turning pydantic's report into a one-line UserError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise UserError(format_validation_error(err, source)) from None
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML mapping, with one-line errors for a missing file or bad YAML."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: config file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{p}: not valid YAML: {first}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: expected a mapping of config keys at the top level")
+    return data
+
+
+def load_config(model: type[M], path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> M:
+    """Load ``model`` from a YAML file, applying ``overrides`` (e.g. from CLI flags) on top."""
+    data = load_yaml(path)
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return build_config(model, data, str(path))
+
+
+def stable_hash(obj: Any) -> str:
+    """SHA-256 (first 16 hex digits) of a JSON-serialisable object with sorted keys."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``final``; on success fsync and rename it into place.
+
+    A crash (or exception) leaves only a ``.tmp-*`` file, never something that looks finished.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{final.name}.", dir=final.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run an entry point: UserError -> one line on stderr and exit code 2; Ctrl-C -> 130."""
+    try:
+        return fn(argv)
+    except UserError as err:
+        print(f"bertflow: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bertflow: interrupted", file=sys.stderr)
+        return 130
+    except OSError as err:
+        # Disk full, permission denied, ...: the user's environment, not a bug.
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        print(f"bertflow: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2

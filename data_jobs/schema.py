@@ -1,0 +1,113 @@
+"""Every on-disk format of bertflow, defined once: Parquet schemas and the dataset manifest.
+
+A dataset directory holds Parquet files plus ``manifest.json``, written last. The manifest carries
+the producing config and its hash, the vocab hash (downstream of the vocab), one entry per file with
+its row count and SHA-256, totals and statistics. Readers validate files against it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from data_jobs.common import UserError, sha256_file, write_json_atomic
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+# documents: one row per document; assigned to a shard by a stable hash of doc_id.
+DOCUMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("sentences", pa.list_(pa.string()), nullable=False),
+    ]
+)
+
+
+def token_type(vocab_size: int) -> pa.DataType:
+    """Compact integer type for token ids: uint16 while the vocab fits, else uint32."""
+    return pa.uint16() if vocab_size <= 65536 else pa.uint32()
+
+
+def instances_schema(vocab_size: int) -> pa.Schema:
+    """Static MLM/NSP instances; no padding is stored.
+
+    input_ids        [CLS] A [SEP] B [SEP] with masking applied (what the model sees)
+    segment_a_len    tokens of [CLS] A [SEP]; token_type_ids = 0 for those, 1 after
+    masked_positions sorted, unique positions into input_ids
+    masked_ids       the original token ids at masked_positions (the MLM labels)
+    nsp_label        0 = B follows A (or in order for SOP), 1 = random next (or swapped); -1 = no task
+    """
+    tok = token_type(vocab_size)
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(tok), nullable=False),
+            pa.field("segment_a_len", pa.uint16(), nullable=False),
+            pa.field("masked_positions", pa.list_(pa.uint16()), nullable=False),
+            pa.field("masked_ids", pa.list_(tok), nullable=False),
+            pa.field("nsp_label", pa.int8(), nullable=False),
+        ]
+    )
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="file name relative to the dataset directory")
+    rows: int
+    bytes: int
+    sha256: str
+    meta: dict[str, Any] = Field(default_factory=dict, description="e.g. shard index, length bin")
+
+
+class Manifest(BaseModel):
+    """Written last into every dataset directory; a step whose manifest matches its config is skipped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["documents", "vocab", "instances", "checkpoint", "eval"]
+    config: dict[str, Any]
+    config_hash: str
+    vocab_hash: str | None = None
+    files: list[FileEntry] = Field(default_factory=list)
+    totals: dict[str, Any] = Field(default_factory=dict)
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+    def write(self, directory: str | Path) -> Path:
+        path = Path(directory) / MANIFEST_NAME
+        write_json_atomic(path, self.model_dump(mode="json"))
+        return path
+
+    @classmethod
+    def read(cls, directory: str | Path) -> "Manifest":
+        path = Path(directory) / MANIFEST_NAME
+        if not path.is_file():
+            raise UserError(f"{path}: no manifest (not a finished bertflow dataset directory)")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls.model_validate(data)
+        except (ValueError, TypeError) as err:
+            raise UserError(f"{path}: corrupt manifest: {str(err).splitlines()[0]}") from None
+
+    def verify_files(self, directory: str | Path, deep: bool = True) -> list[str]:
+        """Return a list of problems ('<file>: missing', '<file>: checksum mismatch'); empty if sound."""
+        problems = []
+        for entry in self.files:
+            p = Path(directory) / entry.name
+            if not p.is_file():
+                problems.append(f"{p}: missing")
+            elif p.stat().st_size != entry.bytes:
+                problems.append(f"{p}: size {p.stat().st_size} != {entry.bytes} in manifest")
+            elif deep and sha256_file(p) != entry.sha256:
+                problems.append(f"{p}: checksum mismatch (corrupt or modified)")
+        return problems
+
+
+def file_entry(path: str | Path, rows: int, **meta: Any) -> FileEntry:
+    p = Path(path)
+    return FileEntry(name=p.name, rows=rows, bytes=p.stat().st_size, sha256=sha256_file(p), meta=meta)

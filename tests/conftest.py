@@ -1,0 +1,46 @@
+"""Shared fixtures. Tests needing ../shared/data skip with a clear reason where it is absent."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("BERTFLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# Quiet, offline, deterministic defaults for every test process and the processes it starts.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path of ../shared/data; skips the test where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"needs the real data in {SHARED_DATA} (absent on this machine)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def bert_uncased_vocab(shared_data: Path) -> Path:
+    return shared_data / "vocab" / "bert-base-uncased-vocab.txt"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One real local Ray cluster (2 CPUs, no dashboard) shared by the whole session."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}},
+        )
+    yield ray
+    # left running for the session; shut down at exit
