@@ -12,8 +12,8 @@ from data_jobs.common import run_main
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("data_jobs.cli:main", "data jobs on Ray: shard | vocab | instances | inspect"),
     "train": ("bert_core.train:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
-    "export": ("bert_core.hf:main_export", "export a checkpoint to a Hugging Face BERT directory"),
-    "import": ("bert_core.hf:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
+    "export": ("bert_core.export:main_export", "export a checkpoint to a Hugging Face BERT directory"),
+    "import": ("bert_core.export:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
     "eval": ("bert_core.evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
     "pipeline": ("flows.pipeline:main", "run the whole pipeline (or one stage) as a Prefect flow"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),

@@ -1,0 +1,78 @@
+"""Typed configs of the three data jobs (pydantic v2: the CLI loads them from YAML, Prefect renders them
+as forms). Every field is documented; unknown keys are rejected."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from data_jobs.common import StrictModel
+
+InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "jsonl", "parquet"]
+
+
+class RayOptions(StrictModel):
+    """Where the job's Ray tasks run."""
+
+    num_workers: int = Field(2, ge=1, description="parallel Ray tasks (outputs never depend on it)")
+    ray_address: Optional[str] = Field(
+        None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = local cluster"
+    )
+
+
+class ShardConfig(RayOptions):
+    """raw text -> N Parquet document shards (documents assigned by a stable hash of doc_id)."""
+
+    inputs: list[str] = Field(
+        ..., min_length=1, description="files, directories or globs; 'builtin:python-docs' = the built-in smoke corpus"
+    )
+    input_format: InputFormat = Field(
+        "auto", description="bert (sentence per line), books (running prose), wikiextractor, mediawiki, jsonl, parquet"
+    )
+    text_column: str = Field("text", description="JSONL/Parquet column holding the document text")
+    id_column: Optional[str] = Field(None, description="JSONL/Parquet column holding a document id (else derived)")
+    output_dir: str = Field(..., description="directory receiving shard-*.parquet and manifest.json")
+    num_shards: int = Field(8, ge=1, description="number of document shards")
+    dedup: bool = Field(True, description="drop exact-duplicate documents (counted in the manifest)")
+    min_sentences: int = Field(1, ge=1, description="documents with fewer sentences are dropped (counted)")
+
+
+class VocabConfig(StrictModel):
+    """Train a WordPiece vocab over document shards, or adopt an existing vocab.txt."""
+
+    shards_dir: Optional[str] = Field(None, description="documents dataset to train on (unused with vocab_file)")
+    output_dir: str = Field(..., description="directory receiving vocab.txt and manifest.json")
+    vocab_file: Optional[str] = Field(None, description="adopt this existing vocab.txt instead of training")
+    vocab_size: int = Field(30522, ge=100, description="target vocabulary size")
+    lowercase: bool = Field(True, description="uncased vocab: lowercase and strip accents")
+    min_frequency: int = Field(2, ge=1, description="minimum pair frequency for a merge")
+    limit_alphabet: int = Field(1000, ge=1, description="at most this many initial characters")
+    special_tokens: list[str] = Field(
+        default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        description="special tokens, placed first; must include [CLS], [SEP], [MASK], [UNK], [PAD]",
+    )
+
+    @model_validator(mode="after")
+    def _source(self) -> "VocabConfig":
+        if not self.vocab_file and not self.shards_dir:
+            raise ValueError("give shards_dir (to train a vocab) or vocab_file (to adopt one)")
+        return self
+
+
+class InstancesConfig(RayOptions):
+    """Document shards -> static MLM/NSP instances, as Google's create_pretraining_data.py makes them."""
+
+    shards_dir: str = Field(..., description="documents dataset (output of the shard job)")
+    vocab_dir: str = Field(..., description="vocab dataset (output of the vocab job)")
+    output_dir: str = Field(..., description="directory receiving instance Parquet files and manifest.json")
+    max_seq_length: int = Field(128, ge=8, le=65535, description="maximum tokens per instance incl. [CLS]/[SEP]")
+    max_predictions_per_seq: int = Field(20, ge=1, description="cap on masked positions per instance")
+    masked_lm_prob: float = Field(0.15, gt=0.0, lt=1.0, description="fraction of tokens chosen for prediction")
+    dupe_factor: int = Field(10, ge=1, description="passes over the corpus, each with fresh masks")
+    short_seq_prob: float = Field(0.1, ge=0.0, le=1.0, description="probability of a shorter target length")
+    whole_word_masking: bool = Field(False, description="mask all WordPieces of a chosen word together")
+    sentence_task: Literal["nsp", "sop", "none"] = Field(
+        "nsp", description="nsp: 50% random next; sop: swapped order 50%; none: single segment task"
+    )
+    seed: int = Field(12345, description="random seed; output is a pure function of inputs, config and seed")
+    length_bin_size: int = Field(32, ge=1, description="instances are binned by length in steps of this size")
