@@ -19,6 +19,12 @@ class RayOptions(StrictModel):
         None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = local cluster"
     )
 
+    def config_hash(self) -> str:
+        """Hash of what determines the output: where and how widely it runs does not count."""
+        from data_jobs.common import stable_hash
+
+        return stable_hash(self.model_dump(mode="json", exclude={"num_workers", "ray_address"}))
+
 
 class ShardConfig(RayOptions):
     """raw text -> N Parquet document shards (documents assigned by a stable hash of doc_id)."""
