@@ -1,0 +1,101 @@
+"""Downstream heads on the BERT encoder: sequence classification, span extraction (SQuAD), token
+classification (NER). Names match HF ``BertFor*`` classes, so their state dicts load either way.
+
+Loading a pretrained encoder: ``Head.from_encoder(encoder, config, ...)`` where ``encoder`` is a
+``BertModel`` (e.g. ``load_hf(dir)[0].bert``) or its state dict (keys with or without ``bert.``);
+the head itself is freshly initialised. Pretraining heads (``cls.*``) are ignored.
+
+Shape legend: B batch, S sequence, D hidden, C classes.
+"""
+from __future__ import annotations
+
+from typing import Mapping, TypeVar
+
+import torch
+from torch import nn
+
+from bert_core.config import ModelConfig
+from bert_core.model import BertModel, init_bert_weights
+from data_jobs.common import UserError
+
+H = TypeVar("H", bound="_EncoderHead")
+
+
+class _EncoderHead(nn.Module):
+    """Shared plumbing: an encoder called ``bert`` plus a loader for pretrained encoder weights."""
+
+    bert: BertModel
+
+    @classmethod
+    def from_encoder(cls: type[H], encoder: BertModel | Mapping[str, torch.Tensor], config: ModelConfig, **kw) -> H:
+        head = cls(config, **kw)
+        state = encoder.state_dict() if isinstance(encoder, nn.Module) else encoder
+        state = {k.removeprefix("bert."): v for k, v in state.items() if not k.startswith("cls.")}
+        state = {k: v for k, v in state.items() if not k.endswith("position_ids")}
+        if head.bert.pooler is None:
+            state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
+        own = head.bert.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise UserError(f"encoder weights do not fit {cls.__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        bad = [k for k in own if own[k].shape != state[k].shape]
+        if bad:
+            k = bad[0]
+            raise UserError(f"encoder weights: {k} has shape {tuple(state[k].shape)}, the config needs {tuple(own[k].shape)}")
+        head.bert.load_state_dict(state)
+        return head
+
+
+class BertForSequenceClassification(_EncoderHead):
+    """Linear classifier on the pooled [CLS] vector; C == 1 means regression (STS-B)."""
+
+    def __init__(self, config: ModelConfig, num_labels: int):
+        super().__init__()
+        self.config = config
+        self.num_labels = num_labels
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        _, pooled_BD = self.bert(input_ids, token_type_ids, attention_mask)
+        return self.classifier(self.dropout(pooled_BD))  # [B, C]
+
+
+class BertForQuestionAnswering(_EncoderHead):
+    """Start/end scores for every token (one Linear D -> 2), as in the BERT SQuAD recipe."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        init_bert_weights(self.qa_outputs, config.initializer_range)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        sequence_BSD, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        logits_BS2 = self.qa_outputs(sequence_BSD)
+        start_BS, end_BS = logits_BS2.unbind(-1)
+        return start_BS.contiguous(), end_BS.contiguous()
+
+
+class BertForTokenClassification(_EncoderHead):
+    """Per-token classifier (NER tags) on the final hidden states."""
+
+    def __init__(self, config: ModelConfig, num_labels: int):
+        super().__init__()
+        self.config = config
+        self.num_labels = num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        sequence_BSD, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        return self.classifier(self.dropout(sequence_BSD))  # [B, S, C]
+
+
+__all__ = ["BertForSequenceClassification", "BertForQuestionAnswering", "BertForTokenClassification"]
