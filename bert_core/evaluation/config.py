@@ -1,0 +1,118 @@
+"""Typed configs of the four evaluations (pydantic v2; the CLI loads them from YAML, Prefect renders them
+as forms). Imports neither torch nor Ray.
+
+Every evaluation shares :class:`EvalBase` (which model, which vocab, where results go, how jobs run);
+the fine-tuning evaluations add :class:`FinetuneOptions` (the BERT paper's recipe: batch 32, 3 epochs,
+learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, several seeds).
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from data_jobs.common import StrictModel
+
+GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+class EvalBase(StrictModel):
+    """What is evaluated, with which vocab, where the results go and how the jobs are spread."""
+
+    model_path: str = Field(..., description="Hugging Face BERT directory, bertflow checkpoint dir or training run dir")
+    model_format: Literal["auto", "hf", "checkpoint"] = Field(
+        "auto", description="auto: a dir with config.json + weights is Hugging Face, anything else a checkpoint"
+    )
+    random_init: bool = Field(
+        False, description="ignore the weights and start from a fresh random init of the same shape (baseline)"
+    )
+    vocab_file: Optional[str] = Field(
+        None, description="task tokenizer vocab; must equal the model's vocab (None = use the model's vocab)"
+    )
+    lowercase: bool = Field(True, description="uncased tokenizer: lowercase and strip accents")
+    output_dir: str = Field(..., description="directory receiving results.json, report.md and predictions")
+    use_ray: bool = Field(True, description="run each (task, lr, seed) as a Ray task; False = one after another here")
+    ray_address: Optional[str] = Field(None, description="existing Ray cluster address; None = local cluster")
+    cpus_per_task: float = Field(1.0, gt=0, description="num_cpus each Ray task declares")
+    gpus_per_task: float = Field(0.0, ge=0, description="num_gpus each Ray task declares (0 on CPU machines)")
+    threads_per_task: int = Field(1, ge=1, description="torch.set_num_threads inside each task")
+    show_progress: bool = Field(True, description="tqdm progress bars")
+
+
+class FinetuneOptions(StrictModel):
+    """Fine-tuning hyper-parameters (defaults: BERT paper, section 4 / appendix A.3)."""
+
+    learning_rates: list[float] = Field(
+        default_factory=lambda: [5e-5, 4e-5, 3e-5, 2e-5], min_length=1, description="grid; best chosen on dev"
+    )
+    seeds: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=1, description="runs per lr: mean ± std")
+    batch_size: int = Field(32, ge=1, description="training batch size")
+    eval_batch_size: int = Field(64, ge=1, description="batch size for dev/test prediction")
+    epochs: float = Field(3.0, gt=0, description="training epochs (fractions allowed)")
+    max_steps: Optional[int] = Field(None, ge=1, description="stop after this many steps (overrides epochs)")
+    warmup_proportion: float = Field(0.1, ge=0, lt=1, description="linear warmup over this fraction of steps")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and LayerNorm)")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    max_seq_length: int = Field(128, ge=8, description="tokens per example incl. [CLS]/[SEP]")
+    max_train_examples: Optional[int] = Field(None, ge=1, description="use only the first N training examples")
+    max_eval_examples: Optional[int] = Field(None, ge=1, description="score only the first N dev examples")
+
+    @field_validator("learning_rates")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(lr <= 0 for lr in v):
+            raise ValueError("learning rates must be positive")
+        return v
+
+
+class GlueConfig(EvalBase, FinetuneOptions):
+    """GLUE: fine-tune on each task's train.tsv, score on dev, optionally predict test.tsv."""
+
+    glue_dir: str = Field(..., description="directory holding one folder per task (SST-2/train.tsv, ...)")
+    tasks: list[str] = Field(default_factory=lambda: ["SST-2"], min_length=1, description=f"any of {GLUE_TASKS}")
+    write_test_predictions: bool = Field(True, description="write GLUE submission TSVs for tasks with test.tsv")
+
+
+class SquadConfig(EvalBase, FinetuneOptions):
+    """SQuAD v1.1 span extraction. Without a train file, dev is split: train on one part, score the rest."""
+
+    dev_file: str = Field(..., description="dev-v1.1.json (official format)")
+    train_file: Optional[str] = Field(None, description="train-v1.1.json; None = split dev by article")
+    train_articles: int = Field(10, ge=1, description="with no train_file: the first N dev articles train")
+    max_train_questions: Optional[int] = Field(None, ge=1, description="use at most N training questions")
+    max_eval_questions: Optional[int] = Field(None, ge=1, description="score at most N questions")
+    doc_stride: int = Field(128, ge=1, description="step between context windows, in tokens")
+    max_query_length: int = Field(64, ge=1, description="question tokens kept")
+    max_answer_length: int = Field(30, ge=1, description="longest predicted answer, in tokens")
+
+
+class NerConfig(EvalBase, FinetuneOptions):
+    """CoNLL-2003 NER (IOB2): fine-tuning and the feature-based BiLSTM variant of the BERT paper."""
+
+    conll_dir: str = Field(..., description="directory with train.txt, valid.txt (and test.txt)")
+    modes: list[Literal["finetune", "feature"]] = Field(
+        default_factory=lambda: ["finetune", "feature"], min_length=1, description="which variants to run"
+    )
+    eval_split: Literal["valid", "test"] = Field("valid", description="split scored (lr is chosen on it)")
+    max_train_sentences: Optional[int] = Field(None, ge=1, description="use only the first N training sentences")
+    max_eval_sentences: Optional[int] = Field(None, ge=1, description="score only the first N sentences")
+    feature_layers: list[int] = Field(
+        default_factory=lambda: [-4, -3, -2, -1],
+        min_length=1,
+        description="hidden states concatenated for the feature-based model (0 = embeddings, -1 = last layer)",
+    )
+    lstm_hidden: int = Field(128, ge=1, description="BiLSTM hidden size per direction (feature-based)")
+    lstm_layers: int = Field(2, ge=1, description="BiLSTM layers (feature-based)")
+    feature_learning_rates: list[float] = Field(
+        default_factory=lambda: [1e-3], min_length=1, description="Adam lr grid of the BiLSTM (feature-based)"
+    )
+    feature_epochs: float = Field(5.0, gt=0, description="BiLSTM training epochs (feature-based)")
+
+
+class IntrinsicConfig(EvalBase):
+    """Held-out MLM/NSP accuracy and MLM perplexity for every checkpoint of a run, as a curve."""
+
+    instances_dir: str = Field(..., description="held-out instance dataset (output of `bertflow data instances`)")
+    batch_size: int = Field(32, ge=1, description="instances per batch")
+    max_batches: Optional[int] = Field(None, ge=1, description="score at most N batches per checkpoint")
+    all_checkpoints: bool = Field(True, description="every checkpoint of the run dir; False = only model_path")

@@ -1,0 +1,144 @@
+"""GLUE evaluation: one job fine-tunes one (task, learning rate, seed) and scores every dev file of the
+task (and predicts its test files); ``run_glue`` fans the grid out over Ray and gathers the report.
+
+Test-set predictions come from the single run with the best dev score at the chosen learning rate
+(the BERT paper submits one model, not a seed ensemble).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from data_jobs.common import UserError
+from bert_core.evaluation import glue
+from bert_core.evaluation.config import GlueConfig
+from bert_core.evaluation.metrics import PRIMARY_METRIC, glue_metrics
+from bert_core.evaluation.report import summarize, write_results
+from bert_core.evaluation.runner import run_jobs, worker_threads
+
+
+def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
+    """(train, dev files, existing test files); missing train/dev files are a UserError."""
+    d = Path(cfg.glue_dir) / spec.name
+    train = d / "train.tsv"
+    devs = {name: d / f for name, f in spec.dev_files.items()}
+    for p in [train, *devs.values()]:
+        if not p.is_file():
+            raise UserError(f"{p}: task file not found (GLUE {spec.name} needs train.tsv and dev files)")
+    tests = {name: d / f for name, f in spec.test_files.items() if (d / f).is_file()}
+    return train, devs, tests
+
+
+def _encode(tok, examples, max_len: int, with_labels: bool):
+    import torch
+
+    from bert_core.evaluation.text import encode_texts
+
+    b = [e.text_b for e in examples] if examples[0].text_b is not None else None
+    data = encode_texts(tok, [e.text_a for e in examples], b, max_len)
+    if with_labels:
+        is_float = isinstance(examples[0].label, float)
+        data["labels"] = torch.tensor([e.label for e in examples], dtype=torch.float if is_float else torch.long)
+    return data
+
+
+def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -> list:
+    import torch
+
+    from bert_core.evaluation.finetune import forward_inputs, predict
+
+    logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device))
+    if spec.labels is None:
+        return [float(x) for x in logits_NC.squeeze(-1)]
+    return [int(x) for x in logits_NC.argmax(-1)]
+
+
+def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
+    """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions."""
+    from bert_core.evaluation.finetune import fit, forward_inputs, set_seed
+    from bert_core.evaluation.modeling import build_head, device_for
+    from bert_core.evaluation.text import bert_tokenizer
+    from bert_core.heads import BertForSequenceClassification
+    from bert_core.losses import classification_loss
+
+    cfg = GlueConfig.model_validate(cfg_data)
+    worker_threads(cfg.threads_per_task)
+    spec = glue.get_task(task)
+    train_path, dev_paths, test_paths = _task_files(cfg, spec)
+    model, _, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
+    tok = bert_tokenizer(vocab, cfg.lowercase)
+    device = device_for(cfg)
+    train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
+    set_seed(seed)
+    stats = fit(model, train, lambda m, b: classification_loss(m(**forward_inputs(b)), b["labels"]),
+                cfg, lr, seed, device)
+    runs = []
+    for name, path in dev_paths.items():
+        examples = glue.read_examples(spec, path, cfg.max_eval_examples)
+        preds = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
+                                cfg.eval_batch_size, device)
+        metrics = glue_metrics(name, preds, [e.label for e in examples])
+        runs.append({"task": spec.name, "eval": name, "lr": lr, "seed": seed, "metrics": metrics,
+                     "n_train": len(train["input_ids"]), "n_eval": len(examples), **stats})
+    test_preds = {}
+    if cfg.write_test_predictions:
+        for name, path in test_paths.items():
+            examples = glue.read_test_examples(spec, path, cfg.max_eval_examples)
+            test_preds[name] = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
+                                               cfg.eval_batch_size, device)
+    return {"runs": runs, "test_predictions": test_preds}
+
+
+def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
+    """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
+    from bert_core.evaluation.modeling import load_pretrained, resolve_vocab
+
+    specs = [glue.get_task(t) for t in cfg.tasks]
+    for spec in specs:
+        train, devs, _ = _task_files(cfg, spec)
+        for p in [train, *devs.values()]:
+            glue.read_examples(spec, p)
+    _, _, vocab = load_pretrained(cfg)
+    resolve_vocab(cfg, vocab)
+    return specs
+
+
+def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, summary: dict, jobs: list[dict]) -> dict:
+    """Submission TSVs from the best-dev run at the chosen lr; returns {name: path}."""
+    chooser = next(iter(spec.dev_files))
+    metric = PRIMARY_METRIC[chooser]
+    best_lr = summary[chooser]["best_lr"]
+    candidates = [j for j in jobs if j["runs"][0]["task"] == spec.name and j["runs"][0]["lr"] == best_lr]
+    best = max(candidates, key=lambda j: next(r for r in j["runs"] if r["eval"] == chooser)["metrics"][metric])
+    written = {}
+    _, _, tests = _task_files(cfg, spec)
+    for name, preds in best["test_predictions"].items():
+        examples = glue.read_test_examples(spec, tests[name], cfg.max_eval_examples)
+        out = Path(cfg.output_dir) / "glue_test" / f"{name}.tsv"
+        glue.write_submission(out, spec, examples, preds)
+        written[name] = str(out)
+    return written
+
+
+def run_glue(cfg: GlueConfig) -> dict:
+    """Fine-tune every (task, lr, seed) as a Ray task; write results.json + report.md; return the results."""
+    specs = _check_inputs(cfg)
+    grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds]
+    cfg_data = cfg.model_dump(mode="json")
+    jobs = run_jobs(glue_job, [(cfg_data, t, lr, s) for t, lr, s in grid], cfg, desc="GLUE fine-tuning")
+    runs = [r for j in jobs for r in j["runs"]]
+    select_on = {name: next(iter(s.dev_files)) for s in specs for name in s.dev_files}
+    summary = summarize(runs, PRIMARY_METRIC, select_on)
+    results = {
+        "evaluation": "glue",
+        "model_path": cfg.model_path,
+        "random_init": cfg.random_init,
+        "config": cfg_data,
+        "tasks": summary,
+        "runs": runs,
+        "test_predictions": {},
+    }
+    if cfg.write_test_predictions:
+        for spec in specs:
+            results["test_predictions"].update(_write_test_predictions(cfg, spec, summary, jobs))
+    write_results(cfg.output_dir, results)
+    return results
+

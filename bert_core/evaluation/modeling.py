@@ -1,0 +1,86 @@
+"""Where an evaluation gets its encoder and tokenizer from: a Hugging Face BERT directory or a bertflow
+checkpoint, checked against the task tokenizer's vocab; plus the downstream head built on top of it.
+
+Loading happens inside each Ray task (a 90 MB MiniLM loads in well under a second), so nothing large is
+shipped through the object store and a task needs only the path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from data_jobs.common import UserError, sha256_file
+from bert_core.evaluation.config import EvalBase
+
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def model_format(cfg: EvalBase) -> str:
+    """'hf' or 'checkpoint' (resolving 'auto' by what the directory holds)."""
+    path = Path(cfg.model_path)
+    if not path.exists():
+        raise UserError(f"{path}: model path not found")
+    if cfg.model_format != "auto":
+        return cfg.model_format
+    is_hf = (path / "config.json").is_file() and any((path / w).is_file() for w in _WEIGHT_FILES)
+    return "hf" if is_hf else "checkpoint"
+
+
+def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):
+    """(BertForPreTraining, ModelConfig, vocab_file) of the configured model (or one given checkpoint)."""
+    if checkpoint is None and model_format(cfg) == "hf":
+        from bert_core.hf import load_hf
+
+        return load_hf(cfg.model_path)
+    from bert_core.checkpoint import load_model_from_checkpoint
+
+    return load_model_from_checkpoint(checkpoint or cfg.model_path)
+
+
+def resolve_vocab(cfg: EvalBase, model_vocab: Optional[str]) -> str:
+    """The vocab the task tokenizer uses; it must be byte-identical to the one the model was trained with,
+    otherwise every token id would silently mean another word."""
+    if cfg.vocab_file:
+        if not Path(cfg.vocab_file).is_file():
+            raise UserError(f"{cfg.vocab_file}: vocab file not found")
+        if model_vocab and sha256_file(cfg.vocab_file) != sha256_file(model_vocab):
+            raise UserError(
+                f"{cfg.vocab_file}: task tokenizer vocab differs from the model's vocab {model_vocab} "
+                "(token ids would not match the embeddings)"
+            )
+        return cfg.vocab_file
+    if not model_vocab or not Path(model_vocab).is_file():
+        raise UserError(f"{cfg.model_path}: model has no vocab.txt; give vocab_file")
+    return str(model_vocab)
+
+
+def check_vocab_size(vocab_file: str, model_config) -> None:
+    with open(vocab_file, encoding="utf-8") as f:
+        n = sum(1 for _ in f)
+    if n > model_config.vocab_size:
+        raise UserError(f"{vocab_file}: {n} tokens but the model embeds only {model_config.vocab_size}")
+
+
+def build_head(cfg: EvalBase, head_cls, seed: int, pretrained=None, **kwargs):
+    """A downstream head whose encoder holds the pretrained weights (or a fresh init with random_init).
+
+    Returns (head, model_config, vocab_file). The seed fixes the head's init and, for random_init,
+    the encoder's: the baseline is as reproducible as the real run.
+    """
+    import torch
+
+    pre, model_config, vocab = pretrained if pretrained is not None else load_pretrained(cfg)
+    vocab = resolve_vocab(cfg, vocab)
+    check_vocab_size(vocab, model_config)
+    torch.manual_seed(seed)
+    if cfg.random_init:
+        head = head_cls(model_config, **kwargs)
+    else:
+        head = head_cls.from_encoder(pre.bert, model_config, **kwargs)
+    return head, model_config, vocab
+
+
+def device_for(cfg: EvalBase):
+    import torch
+
+    return torch.device("cuda" if cfg.gpus_per_task > 0 and torch.cuda.is_available() else "cpu")

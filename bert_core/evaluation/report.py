@@ -1,0 +1,90 @@
+"""Gathers job results into per-task summaries (best learning rate, mean ± std over seeds), writes
+``results.json`` and ``report.md``.
+
+A run record is ``{"task", "eval", "lr", "seed", "metrics": {name: value}, ...}``; ``eval`` names the
+scored split (MNLI has two: "MNLI-m" picks the learning rate, "MNLI-mm" is reported at the same one).
+Standard deviations are sample standard deviations (ddof=1; 0 for a single seed).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from data_jobs.common import atomic_path, write_json_atomic
+
+
+def _mean_std(values: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0}
+
+
+def summarize(runs: Sequence[Mapping], primary: Mapping[str, str], select_on: Mapping[str, str]) -> dict:
+    """Per evaluation name: metric, best lr (chosen on ``select_on[eval]``'s primary metric, mean over
+    seeds; ties go to the earlier lr of the grid) and every metric's mean ± std at that lr.
+
+    ``primary``: eval name -> metric name; ``select_on``: eval name -> eval name that picks its lr.
+    """
+    by_eval: dict[str, dict[float, list[Mapping]]] = {}
+    for r in runs:
+        by_eval.setdefault(r["eval"], {}).setdefault(r["lr"], []).append(r)
+    out: dict[str, Any] = {}
+    for name, by_lr in by_eval.items():
+        chooser = select_on.get(name, name)
+        metric = primary[chooser]
+        grid = {lr: _mean_std([r["metrics"][metric] for r in rs]) for lr, rs in by_eval[chooser].items()}
+        best_lr = max(grid, key=lambda lr: grid[lr]["mean"])  # max keeps the first of equal means
+        best_runs = by_lr[best_lr]
+        metric_names = sorted(best_runs[0]["metrics"])
+        out[name] = {
+            "metric": primary[name],
+            "best_lr": best_lr,
+            **_mean_std([r["metrics"][primary[name]] for r in best_runs]),
+            "seeds": [r["seed"] for r in best_runs],
+            "metrics": {m: _mean_std([r["metrics"][m] for r in best_runs]) for m in metric_names},
+            "by_lr": {f"{lr:g}": _mean_std([r["metrics"][primary[name]] for r in rs]) for lr, rs in by_lr.items()},
+        }
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4f}" if abs(x) < 2 else f"{x:.2f}"
+
+
+def markdown_report(results: Mapping) -> str:
+    """Markdown: one table row per task (metric, best lr, mean ± std), plus the intrinsic curve."""
+    kind = results.get("evaluation", "evaluation")
+    lines = [f"# {kind} results", "", f"model: `{results.get('model_path', '?')}`"
+             + (" (random init baseline)" if results.get("random_init") else ""), ""]
+    tasks = results.get("tasks") or {}
+    if tasks:
+        lines += ["| task | metric | best lr | mean ± std | seeds | other metrics |", "|---|---|---|---|---|---|"]
+        for name, t in tasks.items():
+            others = ", ".join(
+                f"{m} {_fmt(v['mean'])} ± {_fmt(v['std'])}" for m, v in t["metrics"].items() if m != t["metric"]
+            )
+            lr = f"{t['best_lr']:g}" if t.get("best_lr") is not None else "-"
+            lines.append(
+                f"| {name} | {t['metric']} | {lr} | {_fmt(t['mean'])} ± {_fmt(t['std'])} "
+                f"| {len(t.get('seeds', []))} | {others} |"
+            )
+        lines.append("")
+    curve = results.get("curve") or []
+    if curve:
+        lines += ["| step | checkpoint | MLM acc | MLM perplexity | NSP acc | masked tokens |", "|---|---|---|---|---|---|"]
+        for p in curve:
+            lines.append(
+                f"| {p['step']} | `{Path(p['checkpoint']).name}` | {p['mlm_acc']:.4f} | {p['mlm_perplexity']:.2f} "
+                f"| {p['nsp_acc']:.4f} | {p['mlm_count']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_results(output_dir: str | Path, results: Mapping) -> None:
+    """results.json then report.md, each written atomically."""
+    out = Path(output_dir)
+    write_json_atomic(out / "results.json", results)
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text(markdown_report(results), encoding="utf-8")
