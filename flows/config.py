@@ -1,0 +1,182 @@
+"""One typed config for a whole pipeline run, and the plan derived from it.
+
+``PipelineConfig`` composes the stage configs without their wiring (input/output paths): the plan
+fills those in, naming every output directory after the hash of the config that produces it
+(``<output_root>/documents/<hash>``, ``vocab/<hash>``, ``instances/<phase>-<hash>``, ...). Hashes are
+computed on paths relative to ``output_root`` (so a moved output tree keeps its names) and chain: a
+change to the corpus changes the documents hash, hence the vocab's inputs, hence its hash, and so on.
+A rerun of the same config therefore lands on the same directories and skips what is finished.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field, model_validator
+
+from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from bert_core.train_config import TrainConfig
+from data_jobs.common import StrictModel, UserError, load_yaml, build_config
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from flows.specs import complete, spec_of
+
+ShardSpec = spec_of(ShardConfig, {"output_dir"}, "ShardSpec", "Raw text -> document shards (ShardConfig minus output_dir).")
+VocabSpec = spec_of(VocabConfig, {"output_dir", "shards_dir"}, "VocabSpec", "WordPiece vocab (VocabConfig minus paths).")
+InstancesSpec = spec_of(
+    InstancesConfig, {"output_dir", "shards_dir", "vocab_dir"}, "InstancesSpec", "MLM/NSP instances (minus paths)."
+)
+TrainSpec = spec_of(
+    TrainConfig, {"output_dir", "data_dir", "init_from"}, "TrainSpec", "One pretraining phase (TrainConfig minus paths)."
+)
+_EVAL_WIRING = {"model_path", "output_dir"}
+IntrinsicSpec = spec_of(IntrinsicConfig, _EVAL_WIRING | {"instances_dir"}, "IntrinsicSpec", "MLM/NSP accuracy on held-out instances.")
+GlueSpec = spec_of(GlueConfig, _EVAL_WIRING, "GlueSpec", "GLUE fine-tuning (GlueConfig minus paths).")
+SquadSpec = spec_of(SquadConfig, _EVAL_WIRING, "SquadSpec", "SQuAD v1.1 (SquadConfig minus paths).")
+NerSpec = spec_of(NerConfig, _EVAL_WIRING, "NerSpec", "CoNLL-2003 NER (NerConfig minus paths).")
+
+EvalTask = Literal["intrinsic", "glue", "squad", "ner"]
+
+
+class PhaseSpec(StrictModel):
+    """One pretraining phase: its instances (e.g. seq 128, then seq 512) and its training run."""
+
+    name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9_-]*$", description="phase name used in directory names")
+    instances: InstancesSpec = Field(..., description="static MLM/NSP instances this phase trains on")
+    train: TrainSpec = Field(..., description="the training run; phase 2 starts from phase 1's weights")
+
+
+class EvaluationSpec(StrictModel):
+    """Which evaluations run on the exported model; a task left empty is not run."""
+
+    intrinsic: Optional[IntrinsicSpec] = Field(None, description="MLM/NSP accuracy on held-out instances")
+    heldout_seed: int = Field(
+        987654321, description="seed of the held-out instances made for intrinsic (fresh masks and pairs)"
+    )
+    glue: Optional[GlueSpec] = Field(None, description="GLUE tasks")
+    squad: Optional[SquadSpec] = Field(None, description="SQuAD v1.1")
+    ner: Optional[NerSpec] = Field(None, description="CoNLL-2003 NER")
+
+
+class Orchestration(StrictModel):
+    """How the flow runs its stages (not part of any output's hash)."""
+
+    ray_job_address: Optional[str] = Field(
+        None, description="Ray dashboard address (http://host:8265): submit data stages as Ray Jobs there"
+    )
+    job_python: str = Field("python", description="python executable of the Ray cluster's job drivers")
+    retries: int = Field(2, ge=0, description="retries of tasks that can fail transiently (data jobs, export)")
+    retry_delay_s: list[float] = Field(
+        default_factory=lambda: [10.0, 60.0], description="backoff between retries, in seconds (last repeats)"
+    )
+    train_retries: int = Field(1, ge=0, description="retries of a training phase (each resumes its last checkpoint)")
+
+
+class PipelineConfig(StrictModel):
+    """A whole run: data -> vocab -> instances per phase -> pretraining phases -> export -> evaluation."""
+
+    output_root: str = Field("runs/pipeline", description="every output lands under here, named by config hash")
+    shard: ShardSpec = Field(..., description="raw text -> document shards")
+    vocab: VocabSpec = Field(default_factory=VocabSpec, description="WordPiece vocab (trained or adopted)")
+    phases: list[PhaseSpec] = Field(..., min_length=1, max_length=4, description="pretraining phases, in order")
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="evaluations of the final model")
+    orchestration: Orchestration = Field(default_factory=Orchestration, description="retries, Ray Jobs")
+
+    @model_validator(mode="after")
+    def _unique_phases(self) -> "PipelineConfig":
+        names = [p.name for p in self.phases]
+        if len(set(names)) != len(names):
+            raise ValueError(f"phase names must be unique, got {names}")
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "PipelineConfig":
+        data = load_yaml(path)
+        data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return build_config(cls, data, str(path))
+
+
+class Plan(BaseModel):
+    """Every concrete stage config of a pipeline run, with derived absolute paths."""
+
+    root: Path
+    shard: ShardConfig
+    vocab: VocabConfig
+    instances: dict[str, InstancesConfig]
+    train: dict[str, TrainConfig]
+    export_dir: Path
+    heldout: Optional[InstancesConfig] = None
+    evals: dict[str, Any] = Field(default_factory=dict)
+    report_dir: Path
+
+
+def _named(root: Path, kind: str, model: type, spec: BaseModel, prefix: str = "", **wiring: Any) -> tuple[Path, Any]:
+    """(absolute output dir, concrete config) for a stage: the dir is named by the hash of the config
+    whose paths are relative to ``root``, so the name does not depend on where the root lives."""
+    rel_wiring = {k: (str(Path(v).relative_to(root)) if isinstance(v, Path) else v) for k, v in wiring.items()}
+    probe = complete(model, spec, f"{kind} config", output_dir="", **rel_wiring)
+    digest = probe.resume_hash() if isinstance(probe, TrainConfig) else probe.config_hash()
+    out = root / kind / f"{prefix}{digest}"
+    abs_wiring = {k: (str(v) if isinstance(v, Path) else v) for k, v in wiring.items()}
+    return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)
+
+
+def make_plan(cfg: PipelineConfig) -> Plan:
+    root = Path(cfg.output_root).expanduser().resolve()
+    docs_dir, shard = _named(root, "documents", ShardConfig, cfg.shard)
+    vocab_dir, vocab = _named(root, "vocab", VocabConfig, cfg.vocab, shards_dir=docs_dir)
+    instances, train = {}, {}
+    prev_run: Optional[Path] = None
+    for phase in cfg.phases:
+        inst_dir, instances[phase.name] = _named(
+            root, "instances", InstancesConfig, phase.instances, f"{phase.name}-", shards_dir=docs_dir, vocab_dir=vocab_dir
+        )
+        run_dir, train[phase.name] = _named(
+            root, "runs", TrainConfig, phase.train, f"{phase.name}-", data_dir=inst_dir, init_from=prev_run
+        )
+        prev_run = run_dir
+    last_run = Path(train[cfg.phases[-1].name].output_dir)
+    export_dir = root / "export" / last_run.name
+    ev = cfg.evaluation
+    heldout, evals = None, {}
+    if ev.intrinsic is not None:
+        # Held-out instances: the last phase's recipe with another seed (fresh masks and sentence pairs).
+        last = cfg.phases[-1].instances.model_copy(update={"seed": ev.heldout_seed})
+        held_dir, heldout = _named(
+            root, "instances", InstancesConfig, last, "heldout-", shards_dir=docs_dir, vocab_dir=vocab_dir
+        )
+        evals["intrinsic"] = _named(
+            root, "eval", IntrinsicConfig, ev.intrinsic, "intrinsic-", model_path=last_run, instances_dir=held_dir
+        )[1]
+    for name, model in (("glue", GlueConfig), ("squad", SquadConfig), ("ner", NerConfig)):
+        spec = getattr(ev, name)
+        if spec is not None:
+            evals[name] = _named(root, "eval", model, spec, f"{name}-", model_path=export_dir)[1]
+    report_dir = root / "reports" / f"{last_run.name}"
+    return Plan(
+        root=root, shard=shard, vocab=vocab, instances=instances, train=train, export_dir=export_dir,
+        heldout=heldout, evals=evals, report_dir=report_dir,
+    )
+
+
+def demo_config(output_root: str = "runs/demo", inputs: Optional[list[str]] = None, max_steps: int = 40) -> PipelineConfig:
+    """The ``make demo`` preset: built-in corpus, small vocab, tiny model, one short phase, MLM/NSP eval."""
+    data = {
+        "output_root": output_root,
+        "shard": {"inputs": inputs or ["builtin:python-docs"], "num_shards": 2, "num_workers": 2},
+        "vocab": {"vocab_size": 2000, "min_frequency": 2},
+        "phases": [
+            {
+                "name": "phase1",
+                "instances": {"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 2, "num_workers": 2},
+                "train": {
+                    "model": "tiny", "max_steps": max_steps, "micro_batch_size": 16, "lr": 1e-3,
+                    "save_every": max(1, max_steps // 2), "log_every": 5, "tensorboard": False, "max_seq_length": 64,
+                },
+            }
+        ],
+        "evaluation": {"intrinsic": {"batch_size": 32, "max_batches": 4, "use_ray": False, "show_progress": False}},
+    }
+    try:
+        return PipelineConfig.model_validate(data)
+    except Exception as err:  # a preset that does not validate is a bug, but say where
+        raise UserError(f"demo preset: {err}") from None

@@ -1,0 +1,140 @@
+"""``bertflow deploy`` and ``bertflow serve``: the pipeline's deployments, from Python.
+
+``deploy`` registers them against the Prefect API in ``PREFECT_API_URL`` for a *process* work pool
+(created if missing); a ``prefect worker start --pool <pool>`` on a machine with bertflow installed
+then runs whatever is triggered (UI Run button, schedule, REST). ``serve`` needs no pool or worker:
+this process polls for runs of the same deployments and executes them itself (one machine).
+
+Entrypoints are module paths (``flows.pipeline.pretraining_pipeline``), so a worker loads the installed
+package instead of a copy of the source tree. The same deployments are declared in ``prefect.yaml``
+for ``prefect deploy --all``; tests keep both in step.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from data_jobs.common import UserError
+
+DEFAULT_POOL = "bertflow-process"
+# Shipped paused: a nightly retrain is an example to switch on, not something to start by surprise.
+EXAMPLE_CRON = "0 2 * * *"
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    flow: str  # attribute of flows.pipeline
+    name: str
+    description: str
+    cron: Optional[str] = None
+    paused: bool = False
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+DEPLOYMENTS = (
+    DeploymentSpec("pretraining_pipeline", "default", "data -> pretraining -> export -> evaluation", tags=("bertflow",)),
+    DeploymentSpec("prepare_data", "default", "document shards, vocab and instances", tags=("bertflow", "data")),
+    DeploymentSpec("pretrain", "default", "pretraining phases and export", tags=("bertflow", "train")),
+    DeploymentSpec("evaluate", "default", "evaluations of the exported model", tags=("bertflow", "eval")),
+    DeploymentSpec(
+        "pretraining_pipeline", "scheduled", f"nightly pipeline (cron {EXAMPLE_CRON} UTC), shipped paused",
+        cron=EXAMPLE_CRON, paused=True, tags=("bertflow", "scheduled"),
+    ),
+)
+
+
+def _parser(prog: str, what: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=what)
+    p.add_argument("--config", help="PipelineConfig YAML used as the deployments' default parameters (default: demo preset)")
+    p.add_argument("--output-root", help="override output_root in the default parameters")
+    p.add_argument("--only", action="append", metavar="FLOW/NAME",
+                   help="only these deployments, e.g. prepare-data/default (repeatable)")
+    return p
+
+
+def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[str]) -> list:
+    """RunnerDeployment objects for DEPLOYMENTS with the config as their default parameters."""
+    from prefect.deployments.runner import EntrypointType
+
+    from flows import pipeline
+
+    cfg = pipeline.load_pipeline_config(args.config, args.output_root)
+    params = {"config": cfg.model_dump(mode="json")}
+    out = []
+    for spec in DEPLOYMENTS:
+        fl = getattr(pipeline, spec.flow)
+        if args.only and f"{fl.name}/{spec.name}" not in args.only:
+            continue
+        kw: dict[str, Any] = dict(
+            name=spec.name, description=spec.description, tags=list(spec.tags), parameters=params,
+            entrypoint_type=EntrypointType.MODULE_PATH, paused=spec.paused or None,
+        )
+        if spec.cron:
+            kw["cron"] = spec.cron
+        if work_pool:
+            kw["work_pool_name"] = work_pool
+            kw["job_variables"] = {"working_dir": working_dir} if working_dir else {}
+        out.append(fl.to_deployment(**kw))
+    if not out:
+        raise UserError(f"--only: no deployment named {args.only}; have "
+                        + ", ".join(f"{getattr(pipeline, s.flow).name}/{s.name}" for s in DEPLOYMENTS))
+    return out
+
+
+def ensure_process_pool(name: str) -> None:
+    """Create a process work pool called ``name`` unless it exists."""
+    from prefect import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(name)
+            return
+        except ObjectNotFound:
+            pass
+        try:
+            client.create_work_pool(WorkPoolCreate(name=name, type="process"))
+        except ObjectAlreadyExists:
+            pass
+
+
+def _require_api() -> str:
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise UserError("PREFECT_API_URL: not set; start a server (prefect server start) and export "
+                        "PREFECT_API_URL=http://127.0.0.1:4200/api (see docs/flows.md)")
+    return url
+
+
+def main_deploy(argv: Sequence[str] | None = None) -> int:
+    p = _parser("bertflow deploy", "Register the bertflow deployments against PREFECT_API_URL (process work pool).")
+    p.add_argument("--pool", default=DEFAULT_POOL, help=f"process work pool (created if missing; default {DEFAULT_POOL})")
+    p.add_argument("--working-dir", default=os.getcwd(),
+                   help="directory the worker runs flows in; relative output_root resolves here (default: cwd)")
+    args = p.parse_args(argv)
+    url = _require_api()
+    from prefect import deploy
+
+    ensure_process_pool(args.pool)
+    deployments = _runner_deployments(args, args.pool, os.path.abspath(args.working_dir))
+    ids = deploy(*deployments, work_pool_name=args.pool, build=False, push=False, print_next_steps_message=False,
+                 ignore_warnings=True)
+    print(f"registered {len(ids)} deployments on {url} (pool {args.pool}); start a worker with:")
+    print(f"  prefect worker start --pool {args.pool}")
+    return 0
+
+
+def main_serve(argv: Sequence[str] | None = None) -> int:
+    p = _parser("bertflow serve", "Serve the bertflow deployments from this process (no work pool or worker needed).")
+    p.add_argument("--limit", type=int, default=1, help="flow runs executed at the same time (default 1)")
+    args = p.parse_args(argv)
+    _require_api()
+    from prefect import serve
+
+    serve(*_runner_deployments(args, None, None), limit=args.limit)
+    return 0

@@ -1,0 +1,174 @@
+"""The Prefect flows: ``pretraining_pipeline`` and each stage as a flow of its own.
+
+    prepare_data   shard -> vocab -> instances for each phase (+ held-out instances for intrinsic eval)
+    pretrain       phase 1 -> phase 2 ... (each from the previous phase's weights) -> export
+    evaluate       the configured evaluations of the exported model (or of any model_path given)
+
+Every flow takes the typed ``PipelineConfig`` (the Prefect UI renders it as a form; the CLI loads it
+from YAML) and derives every path from it, so each stage can run alone and finds its inputs where the
+previous stage put them. Flows only sequence tasks and publish artifacts; tasks do the work.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from prefect import flow, get_run_logger
+
+from data_jobs.common import UserError, write_json_atomic
+from flows import artifacts as art
+from flows.config import PipelineConfig, Plan, demo_config, make_plan
+from flows.tasks import data_job, evaluate_task, export_model, train_phase
+
+
+def _retrying(task_fn, orch, retries: Optional[int] = None):
+    """The task with the config's retry count and backoff (Prefect repeats the last delay)."""
+    return task_fn.with_options(
+        retries=orch.retries if retries is None else retries,
+        retry_delay_seconds=list(orch.retry_delay_s) or 0,
+    )
+
+
+@flow(name="prepare-data", log_prints=True)
+def prepare_data(config: PipelineConfig) -> dict[str, str]:
+    """Document shards, vocab and instances for every phase; publishes a data statistics table."""
+    plan = make_plan(config)
+    orch = config.orchestration
+    job = _retrying(data_job, orch)
+    kw = dict(ray_job_address=orch.ray_job_address, job_python=orch.job_python)
+    manifests = {"documents": (plan.shard.output_dir, job("shard", plan.shard, **kw))}
+    manifests["vocab"] = (plan.vocab.output_dir, job("vocab", plan.vocab, **kw))
+    for name, icfg in plan.instances.items():
+        manifests[f"instances:{name}"] = (icfg.output_dir, job("instances", icfg, **kw))
+    if plan.heldout is not None:
+        manifests["instances:heldout"] = (plan.heldout.output_dir, job("instances", plan.heldout, **kw))
+    art.publish_table(art.KEY_DATA, art.stats_rows(manifests), "bertflow data statistics (one row per dataset)")
+    return {stage: str(directory) for stage, (directory, _) in manifests.items()}
+
+
+@flow(name="pretrain", log_prints=True)
+def pretrain(config: PipelineConfig) -> dict[str, Any]:
+    """Every pretraining phase in order, then export; publishes metrics table and loss curve."""
+    plan = make_plan(config)
+    orch = config.orchestration
+    records = {}
+    for name, tcfg in plan.train.items():
+        records[name] = _retrying(train_phase, orch, orch.train_retries)(name, tcfg)
+    last = records[list(records)[-1]]
+    exported = _retrying(export_model, orch)(last["run_dir"], str(plan.export_dir))
+    rows = []
+    for name, rec in records.items():
+        rows += [{"phase": name, **r} for r in art.read_metrics(rec["metrics_file"])]
+    png = plan.report_dir / "loss_curve.png"
+    art.plot_loss_png(art.loss_series(rows), png, f"pretraining loss ({', '.join(records)})")
+    art.publish_table(art.KEY_TRAIN, art.metrics_rows(rows), "bertflow training metrics (sampled)")
+    art.publish_loss_curve(png, f"loss curve; file: {png}")
+    return {"phases": records, "export_dir": exported, "loss_curve": str(png)}
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[str, Any]:
+    """The configured evaluations of the exported model, or of ``model_path`` (any checkpoint/HF dir)."""
+    plan = make_plan(config)
+    results = {}
+    for kind, ecfg in plan.evals.items():
+        if model_path:
+            ecfg = ecfg.model_copy(update={"model_path": model_path})
+        results[kind] = _retrying(evaluate_task, config.orchestration, 0)(kind, ecfg)
+    if results:
+        art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
+    else:
+        get_run_logger().info("no evaluation configured (evaluation: {} in the config)")
+    return results
+
+
+@flow(name="pretraining-pipeline", log_prints=True)
+def pretraining_pipeline(config: PipelineConfig) -> dict[str, Any]:
+    """Data -> pretraining phases -> export -> evaluation, then a markdown summary of every output."""
+    plan = make_plan(config)
+    data = prepare_data(config)
+    trained = pretrain(config)
+    results = evaluate(config)
+    summary = write_summary(plan, data, trained, results)
+    return {"data": data, "train": trained, "eval": results, "summary": str(summary)}
+
+
+def write_summary(plan: Plan, data: dict, trained: dict, results: dict) -> Path:
+    """summary.json + summary.md in the report dir, and the same markdown as a Prefect artifact."""
+    last = trained["phases"][list(trained["phases"])[-1]]
+    paths = {**{f"data: {k}": v for k, v in data.items()}}
+    paths.update({
+        "checkpoint": last["last_checkpoint"],
+        "metrics": last["metrics_file"],
+        "exported model (Hugging Face)": trained["export_dir"],
+        "loss curve": trained["loss_curve"],
+    })
+    paths.update({f"eval: {k}": str(plan.evals[k].output_dir) for k in results})
+    notes = [f"final metrics: {last['final_metrics']}"]
+    notes += [f"{k}: {v}" for k, v in sorted(_flat(results).items())][:30]
+    md = art.summary_markdown("bertflow pretraining pipeline", paths, notes)
+    plan.report_dir.mkdir(parents=True, exist_ok=True)
+    (plan.report_dir / "summary.md").write_text(md, encoding="utf-8")
+    write_json_atomic(plan.report_dir / "summary.json", {"paths": paths, "final_metrics": last["final_metrics"],
+                                                         "eval": results})
+    art.publish_markdown(art.KEY_SUMMARY, md, "bertflow run summary with output paths")
+    return plan.report_dir / "summary.md"
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        out[prefix] = round(obj, 4) if isinstance(obj, float) else obj
+    return out
+
+
+FLOWS = {"all": pretraining_pipeline, "data": prepare_data, "train": pretrain, "eval": evaluate}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bertflow pipeline",
+        description="Run the pretraining pipeline (or one stage) as a Prefect flow. Without PREFECT_API_URL "
+        "Prefect starts a temporary local API; with it, runs show up in that server's UI.",
+    )
+    p.add_argument("--config", help="PipelineConfig YAML (see docs/flows.md); default: the demo preset")
+    p.add_argument("--stage", choices=sorted(FLOWS), default="all", help="run one stage's flow (default: all)")
+    p.add_argument("--output-root", help="override output_root (every output lands under it)")
+    p.add_argument("--model-path", help="with --stage eval: evaluate this checkpoint/HF directory instead")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    return p
+
+
+def load_pipeline_config(path: Optional[str], output_root: Optional[str] = None) -> PipelineConfig:
+    if path:
+        return PipelineConfig.from_yaml(path, {"output_root": output_root})
+    return demo_config(output_root or "runs/demo")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = load_pipeline_config(args.config, args.output_root)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        return 0
+    if args.model_path and args.stage != "eval":
+        raise UserError("--model-path: only with --stage eval")
+    kwargs = {"model_path": args.model_path} if args.model_path else {}
+    result = FLOWS[args.stage](cfg, **kwargs)
+    print(f"bertflow pipeline ({args.stage}) finished; outputs under {make_plan(cfg).root}")
+    if isinstance(result, dict) and result.get("summary"):
+        print(Path(result["summary"]).read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    from data_jobs.common import run_main
+
+    sys.exit(run_main(main))

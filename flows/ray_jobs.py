@@ -1,0 +1,132 @@
+"""Submit a data stage to an existing Ray cluster as a Ray Job, and follow it to the end.
+
+The submission id is derived from the stage and its config hash, so submitting the same stage twice
+(a Prefect retry, a rerun after the orchestrator died, two users) attaches to the job that is already
+pending, running or finished instead of starting a second copy. A job that failed or was stopped is
+resubmitted under the next id (``...-r1``, ``-r2``): Ray never reuses a submission id.
+
+The job runs ``python -m data_jobs.<job> --config <yaml>``; the YAML lives beside the stage's output
+(the cluster must see the same file system, as it must to write the output at all) and carries
+``ray_address: auto`` so the job's driver joins the cluster it was submitted to instead of starting
+a private one. Ray 2.60 authenticates clients with a token: set ``RAY_AUTH_MODE=token`` and
+``RAY_AUTH_TOKEN`` (or ``~/.ray/auth_token``) as on the cluster's nodes.
+"""
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from data_jobs.common import UserError, atomic_path
+
+ACTIVE = {"PENDING", "RUNNING"}
+MAX_RESUBMITS = 5
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    submission_id: str
+    status: str
+    attached: bool  # True when an existing job was followed instead of submitting a new one
+    log_lines: int
+
+
+def submission_id(job: str, config_hash: str, attempt: int = 0) -> str:
+    """Deterministic id: the same stage and config always map to the same first id."""
+    base = f"bertflow-{job}-{config_hash}"
+    return base if attempt == 0 else f"{base}-r{attempt}"
+
+
+def _client(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as err:  # connection refused, auth failure: both are the user's setup
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"ray job address {address}: cannot connect: {first}") from None
+
+
+def _job_status(client, sid: str) -> Optional[str]:
+    """Status name of job ``sid``, or None when no such job was ever submitted."""
+    try:
+        return str(client.get_job_info(sid).status.value)
+    except RuntimeError as err:  # the SDK raises RuntimeError('... does not exist') on 404
+        if "does not exist" in str(err) or "404" in str(err):
+            return None
+        raise
+
+
+def write_job_config(config, path: Path) -> Path:
+    """The stage config as YAML for the job's ``--config``; it joins the cluster it runs on."""
+    data = config.model_dump(mode="json")
+    if "ray_address" in data:
+        data["ray_address"] = "auto"  # excluded from the config hash: the manifest still matches
+    with atomic_path(path) as tmp:
+        tmp.write_text(yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
+    return path
+
+
+def submit_or_attach(
+    address: str,
+    job: str,
+    config,
+    config_file: Path,
+    python: str = "python",
+    log: Callable[[str], None] | None = None,
+    poll_s: float = 1.0,
+    timeout_s: float = 24 * 3600,
+) -> JobOutcome:
+    """Run data job ``job`` (shard | vocab | instances) for ``config`` as a Ray Job and wait for it.
+
+    Streams the job's log lines through ``log`` while it runs. Raises RuntimeError if the job fails
+    (Prefect's retry then resubmits under the next id).
+    """
+    log = log or logging.getLogger(__name__).info
+    client = _client(address)
+    chash = config.config_hash()
+    for attempt in range(MAX_RESUBMITS + 1):
+        sid = submission_id(job, chash, attempt)
+        status = _job_status(client, sid)
+        if status in ("FAILED", "STOPPED"):
+            continue  # that attempt is over: try the next id
+        attached = status is not None
+        if attached:
+            log(f"ray job {sid} already {status}: attaching instead of submitting again")
+        else:
+            write_job_config(config, config_file)
+            entrypoint = f"{shlex.quote(python)} -m data_jobs.{job}_job --config {shlex.quote(str(config_file))}"
+            client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=sid,
+                runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}},
+                metadata={"bertflow_stage": job, "config_hash": chash},
+            )
+            log(f"submitted ray job {sid}: {entrypoint}")
+        status, lines = _follow(client, sid, log, poll_s, timeout_s)
+        if status != "SUCCEEDED":
+            raise RuntimeError(f"ray job {sid} ended {status}; see its logs above")
+        return JobOutcome(sid, status, attached, lines)
+    raise RuntimeError(f"ray job for {job} {chash} failed {MAX_RESUBMITS + 1} times; giving up")
+
+
+def _follow(client, sid: str, log: Callable[[str], None], poll_s: float, timeout_s: float) -> tuple[str, int]:
+    """Poll the job until it ends, forwarding each new log line once. Returns (status, lines seen)."""
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _job_status(client, sid) or "PENDING"
+        lines = client.get_job_logs(sid).splitlines()
+        for line in lines[seen:]:
+            log(f"[{sid}] {line}")
+        seen = max(seen, len(lines))
+        if status not in ACTIVE:
+            return status, seen
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ray job {sid} still {status} after {timeout_s:.0f} s")
+        time.sleep(poll_s)

@@ -1,0 +1,175 @@
+"""Prefect tasks: each calls one function of data_jobs or bert_core, after checking whether its output
+already exists for this exact config (then it says so and returns the existing result).
+
+Tasks are called directly from the flows (not ``.submit``): they run one after another in the flow's
+own thread, so the data jobs start or join Ray from an ordinary process, which is what works with
+Prefect's ephemeral API (a Ray task runner would give every Ray worker its own throw-away server).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from data_jobs.common import UserError, write_json_atomic
+from data_jobs.schema import MANIFEST_NAME, Manifest
+
+# Set to a stage name to make that stage's task fail once with a transient error (the next attempt,
+# i.e. Prefect's retry, succeeds). Used by the tests to exercise retries with real stages; harmless
+# when unset. The marker file beside the stage output records that the fault was injected.
+FAULT_ENV = "BERTFLOW_INJECT_FAULT"
+
+
+def _maybe_inject_fault(stage: str, out_dir: str | Path) -> None:
+    if os.environ.get(FAULT_ENV) != stage:
+        return
+    marker = Path(out_dir).parent / f".fault-injected-{stage}-{Path(out_dir).name}"
+    if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("1")
+        raise OSError(f"injected transient fault in stage {stage} ({FAULT_ENV})")
+
+
+def _not_user_error(task, task_run, state) -> bool:
+    """Retry condition: a UserError (bad config, missing input) will not fix itself; anything else may."""
+    try:
+        state.result()
+    except UserError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def finished_manifest(directory: str | Path, config_hash: str) -> Optional[Manifest]:
+    """The manifest of ``directory`` if it was produced by a config with this hash, else None."""
+    if not (Path(directory) / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = Manifest.read(directory)
+    except UserError:
+        return None  # corrupt: redo the stage
+    return manifest if manifest.config_hash == config_hash else None
+
+
+@task(name="data-job", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
+def data_job(job: str, config: Any, ray_job_address: Optional[str] = None, job_python: str = "python") -> Manifest:
+    """Run data job ``job`` (shard | vocab | instances) locally on Ray, or as a Ray Job at an address."""
+    log = get_run_logger()
+    out = Path(config.output_dir)
+    done = finished_manifest(out, config.config_hash())
+    if done is not None:
+        log.info(f"stage {job} already complete (manifest matches), skipping: {out}")
+        return done
+    _maybe_inject_fault(job, out)
+    if ray_job_address:
+        from flows.ray_jobs import submit_or_attach
+
+        cfg_file = out.parent / f".{out.name}.job.yaml"
+        outcome = submit_or_attach(ray_job_address, job, config, cfg_file, python=job_python, log=log.info)
+        log.info(f"ray job {outcome.submission_id} {outcome.status} ({outcome.log_lines} log lines)")
+        manifest = Manifest.read(out)
+    else:
+        module = importlib.import_module(f"data_jobs.{job}_job")
+        log.info(f"stage {job}: running {module.__name__}.run -> {out}")
+        manifest = module.run(config)
+    log.info(f"stage {job} done: {len(manifest.files)} files, totals {manifest.totals}")
+    return manifest
+
+
+def _run_complete(config) -> Optional[dict]:
+    """The record of a finished training run for exactly this config, else None."""
+    marker = Path(config.output_dir) / "pipeline_complete.json"
+    if not marker.is_file():
+        return None
+    import json
+
+    try:
+        record = json.loads(marker.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return record if record.get("resume_hash") == config.resume_hash() else None
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from bert_core.checkpoint import latest_checkpoint
+
+    try:
+        return latest_checkpoint(run_dir) is not None
+    except UserError:
+        return False
+
+
+@task(name="pretrain-phase", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
+def train_phase(phase: str, config: Any) -> dict:
+    """Train one phase; resumes from the run's last checkpoint if an earlier attempt was killed."""
+    log = get_run_logger()
+    done = _run_complete(config)
+    if done is not None:
+        log.info(f"stage train:{phase} already complete (manifest matches), skipping: {config.output_dir}")
+        return done
+    from bert_core import train
+
+    run_dir = Path(config.output_dir)
+    resume = run_dir.is_dir() and _has_checkpoint(run_dir)
+    if resume:
+        log.info(f"stage train:{phase}: resuming from the last checkpoint in {run_dir}")
+    else:
+        log.info(f"stage train:{phase}: starting {config.model} for {config.max_steps} steps -> {run_dir}")
+    _maybe_inject_fault(f"train:{phase}", run_dir)
+    result = train.run(config, resume=resume)
+    record = {
+        "phase": phase,
+        "run_dir": str(result.run_dir),
+        "last_checkpoint": str(result.last_checkpoint),
+        "metrics_file": str(result.metrics_file),
+        "final_metrics": dict(result.final_metrics or {}),
+        "resumed": resume,
+        "resume_hash": config.resume_hash(),
+    }
+    write_json_atomic(run_dir / "pipeline_complete.json", record)
+    log.info(f"stage train:{phase} done: {record['final_metrics']}")
+    return record
+
+
+@task(name="export", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
+def export_model(run_dir: str, out_dir: str) -> str:
+    """Export the run's last checkpoint as a Hugging Face BERT directory (skipped if already there)."""
+    log = get_run_logger()
+    out = Path(out_dir)
+    stamp = out / "exported_from.json"
+    if stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == str(run_dir):
+        log.info(f"stage export already complete (manifest matches), skipping: {out}")
+        return str(out)
+    _maybe_inject_fault("export", out)
+    from bert_core.export import export_checkpoint
+
+    path = export_checkpoint(run_dir, out)
+    stamp.write_text(str(run_dir) + "\n", encoding="utf-8")
+    log.info(f"stage export done: {path}")
+    return str(path)
+
+
+@task(name="evaluate-task", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
+def evaluate_task(kind: str, config: Any) -> dict:
+    """Run one evaluation (intrinsic | glue | squad | ner); skipped if its results match the config."""
+    import json
+
+    log = get_run_logger()
+    out = Path(config.output_dir)
+    stamp, results_file = out / "pipeline_config_hash.txt", out / "results.json"
+    if results_file.is_file() and stamp.is_file() and stamp.read_text().strip() == config.config_hash():
+        log.info(f"stage eval:{kind} already complete (manifest matches), skipping: {out}")
+        return json.loads(results_file.read_text(encoding="utf-8"))
+    from bert_core import evaluation
+
+    results = getattr(evaluation, f"run_{kind}")(config)
+    if not results_file.is_file():  # the evaluation writes it; keep the pipeline's view regardless
+        write_json_atomic(results_file, results)
+    stamp.write_text(config.config_hash() + "\n", encoding="utf-8")
+    log.info(f"stage eval:{kind} done -> {out}")
+    return results

@@ -1,0 +1,121 @@
+"""prefect.yaml, the Python deployments and the pipeline config/plan, checked without a server:
+prefect.yaml goes through Prefect's own loader, schedule builder and entrypoint loader."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows import deploy
+from flows.config import PipelineConfig, demo_config, make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "prefect.yaml"
+
+
+def _prefect_model():
+    from prefect.cli.deploy._models import PrefectYamlModel
+
+    return PrefectYamlModel.model_validate(yaml.safe_load(PREFECT_YAML.read_text()))
+
+
+def test_prefect_yaml_is_accepted_by_prefects_loader():
+    from prefect.cli.deploy._schedules import _schedule_config_to_deployment_schedule
+    from prefect.client.schemas.schedules import CronSchedule
+
+    model = _prefect_model()
+    names = {(d.entrypoint, d.name) for d in model.deployments}
+    assert len(names) == len(model.deployments) == 5
+    entrypoints = {d.entrypoint.split(":")[1] for d in model.deployments}
+    assert entrypoints == {"pretraining_pipeline", "prepare_data", "pretrain", "evaluate"}
+    assert all(d.work_pool.name == deploy.DEFAULT_POOL for d in model.deployments)
+    scheduled = [d for d in model.deployments if d.schedules]
+    assert len(scheduled) == 1 and scheduled[0].paused is True
+    raw = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
+    sched_raw = next(d for d in raw if d.get("schedules"))["schedules"][0]
+    built = _schedule_config_to_deployment_schedule(sched_raw)
+    assert isinstance(built["schedule"], CronSchedule) and built["schedule"].cron == deploy.EXAMPLE_CRON
+
+
+def test_prefect_yaml_entrypoints_load_and_parameters_validate():
+    from prefect.flows import load_flow_from_entrypoint
+
+    for d in _prefect_model().deployments:
+        fl = load_flow_from_entrypoint(str(REPO / d.entrypoint))
+        cfg = PipelineConfig.model_validate(d.parameters["config"])
+        # The YAML's default parameters are the demo preset, so the two cannot drift apart.
+        assert cfg == demo_config("runs/prefect"), d.entrypoint
+        assert "config" in fl.parameters.properties
+
+
+def test_python_deployments_match_prefect_yaml():
+    from flows import pipeline
+
+    yaml_names = {(d.entrypoint.split(":")[1], d.name) for d in _prefect_model().deployments}
+    py_names = {(s.flow, s.name) for s in deploy.DEPLOYMENTS}
+    assert yaml_names == py_names
+    for spec in deploy.DEPLOYMENTS:
+        assert callable(getattr(pipeline, spec.flow))
+
+
+def test_plan_paths_derive_from_config(tmp_path):
+    a = make_plan(demo_config(str(tmp_path / "a")))
+    b = make_plan(demo_config(str(tmp_path / "b")))
+    # Names hash root-relative configs: the same run under another root gets the same names.
+    assert Path(a.shard.output_dir).name == Path(b.shard.output_dir).name
+    assert Path(a.train["phase1"].output_dir).name == Path(b.train["phase1"].output_dir).name
+    assert a.vocab.shards_dir == a.shard.output_dir
+    assert a.instances["phase1"].vocab_dir == a.vocab.output_dir
+    assert a.train["phase1"].data_dir == a.instances["phase1"].output_dir
+    assert a.heldout.seed != a.instances["phase1"].seed
+    # A change upstream renames everything downstream of it.
+    changed = demo_config(str(tmp_path / "a")).model_dump()
+    changed["shard"]["num_shards"] = 3
+    c = make_plan(PipelineConfig.model_validate(changed))
+    assert c.shard.output_dir != a.shard.output_dir
+    assert c.vocab.output_dir != a.vocab.output_dir
+    assert c.train["phase1"].output_dir != a.train["phase1"].output_dir
+    # Worker count is not part of any output's identity.
+    more = demo_config(str(tmp_path / "a")).model_dump()
+    more["shard"]["num_workers"] = 1
+    assert make_plan(PipelineConfig.model_validate(more)).shard.output_dir == a.shard.output_dir
+
+
+def test_two_phases_chain_weights(tmp_path):
+    data = demo_config(str(tmp_path)).model_dump(mode="json")
+    p2 = {**data["phases"][0], "name": "phase2"}
+    p2["instances"] = {**p2["instances"], "max_seq_length": 128}
+    data["phases"].append(p2)
+    plan = make_plan(PipelineConfig.model_validate(data))
+    assert plan.train["phase2"].init_from == plan.train["phase1"].output_dir
+    assert plan.train["phase1"].init_from is None
+
+
+def test_bad_yaml_is_one_line_user_error(tmp_path, capsys):
+    from flows.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shard: {inputs: [x]}\nphases: []\nbogus: 1\n")
+    assert main(["pipeline", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: ") and "bogus" in err[0]
+
+
+def test_print_config_round_trips(tmp_path, capsys):
+    from flows.cli import main
+
+    assert main(["pipeline", "--print-config", "--output-root", str(tmp_path)]) == 0
+    path = tmp_path / "c.yaml"
+    path.write_text(capsys.readouterr().out)
+    assert PipelineConfig.from_yaml(path) == demo_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("argv", [["deploy", "--help"], ["serve", "--help"], ["pipeline", "--help"]])
+def test_help(argv, capsys):
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    assert "usage" in capsys.readouterr().out
