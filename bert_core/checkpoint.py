@@ -1,0 +1,176 @@
+"""Checkpoints: save / load / latest / purge, and loading a model from any checkpoint or run dir.
+
+Layout of ``RUN_DIR/checkpoints/step_00000010/``:
+
+    engine/             the engine's own files (torch: model.pt + training_state.pt; DeepSpeed: ds/...)
+    rng/rank_00000.pt   torch / numpy / python RNG states of every rank (DeepSpeed saves none)
+    trainer_state.json  step, loader cursor, tokens seen, engine, zero stage, vocab hash
+    train_config.json   the TrainConfig of the run;  model_config.json: the architecture
+    ds_config.json      the generated DeepSpeed JSON (DeepSpeed runs)
+    vocab.txt           copy of the vocabulary, so a checkpoint exports on its own
+    COMPLETE            written last, then the directory is renamed from .tmp-step_*: a directory
+                        without it (a kill -9 mid-save) is never picked up
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from bert_core.config import ModelConfig
+from bert_core.model import BertForPreTraining
+from data_jobs.common import UserError, build_config, fsync_dir, write_json_atomic
+
+MARKER = "COMPLETE"
+STATE = "trainer_state.json"
+
+
+def _noop() -> None:
+    pass
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_of(path: Path) -> int:
+    return int(path.name.split("_")[-1])
+
+
+def is_complete(path: Path) -> bool:
+    return (path / MARKER).is_file() and (path / STATE).is_file()
+
+
+class CheckpointManager:
+    """Collective save/load of one run's checkpoints; only rank 0 writes the shared files."""
+
+    def __init__(self, run_dir: str | Path, keep_last: int = 3, rank: int = 0, barrier: Callable[[], None] = _noop):
+        self.root = Path(run_dir) / "checkpoints"
+        self.keep_last, self.rank, self.barrier = keep_last, rank, barrier
+
+    def all(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        found = [p for p in self.root.glob("step_*") if p.is_dir() and is_complete(p)]
+        return sorted(found, key=step_of)
+
+    def latest(self) -> Optional[Path]:
+        found = self.all()
+        return found[-1] if found else None
+
+    def save(self, step: int, engine, state: dict[str, Any], files: dict[str, Any]) -> Path:
+        """``state`` goes to trainer_state.json (and the engine's client_state); ``files`` maps file
+        names to JSON objects or source paths (vocab.txt) copied beside it."""
+        name = f"step_{step:08d}"
+        tmp, final = self.root / f".tmp-{name}", self.root / name
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed mid-save
+            (tmp / "rng").mkdir(parents=True)
+        self.barrier()
+        engine.save(tmp / "engine", client_state=state)
+        torch.save(rng_state(), tmp / "rng" / f"rank_{self.rank:05d}.pt")
+        self.barrier()
+        if self.rank == 0:
+            for fname, obj in files.items():
+                if isinstance(obj, Path):
+                    shutil.copyfile(obj, tmp / fname)
+                else:
+                    write_json_atomic(tmp / fname, obj)
+            write_json_atomic(tmp / STATE, state)
+            write_json_atomic(tmp / MARKER, {"step": step})
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            fsync_dir(self.root)
+            self.purge()
+        self.barrier()
+        return final
+
+    def purge(self) -> None:
+        for old in self.all()[: -self.keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, path: Path, engine) -> dict[str, Any]:
+        """Restore engine state and this rank's RNG; returns trainer_state.json."""
+        state = read_state(path)
+        rng_file = path / "rng" / f"rank_{self.rank:05d}.pt"
+        if not rng_file.is_file():
+            raise UserError(f"{path}: no RNG state for rank {self.rank} (saved with another world size?)")
+        engine.load(path / "engine")
+        set_rng_state(torch.load(rng_file, weights_only=False))
+        return state
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise UserError(f"{path}: checkpoint not found")
+    if not is_complete(path):
+        raise UserError(f"{path}: incomplete checkpoint (no {MARKER} marker: killed while saving?)")
+    try:
+        return json.loads((path / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path / STATE}: corrupt checkpoint state: {err}") from None
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint dir as given, or the latest complete checkpoint of a run dir."""
+    path = Path(path)
+    if (path / "checkpoints").is_dir():
+        latest = CheckpointManager(path).latest()
+        if latest is None:
+            raise UserError(f"{path}: run directory holds no complete checkpoint")
+        return latest
+    if not path.exists():
+        raise UserError(f"{path}: checkpoint not found")
+    return path
+
+
+def is_hf_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return (p / "config.json").is_file() and not (p / MARKER).exists() and not (p / "checkpoints").exists()
+
+
+def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, ModelConfig, Path]:
+    """(model in fp32 on CPU, its config, vocab file) from a run dir, a checkpoint dir or an HF dir.
+
+    ZeRO-2/3 shards are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.
+    """
+    if is_hf_dir(path):
+        from bert_core.hf import load_hf
+
+        return load_hf(path)
+    ckpt = resolve_checkpoint(path)
+    state = read_state(ckpt)
+    try:
+        mc = build_config(ModelConfig, json.loads((ckpt / "model_config.json").read_text()), str(ckpt / "model_config.json"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"{ckpt / 'model_config.json'}: unreadable: {err}") from None
+    from bert_core.engine import consolidated_state_dict
+
+    try:
+        weights = consolidated_state_dict(ckpt / "engine", state.get("engine", "torch"), int(state.get("zero_stage", 0)))
+    except (OSError, RuntimeError, KeyError, ValueError) as err:
+        raise UserError(f"{ckpt}: cannot read the weights: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    model = BertForPreTraining(mc)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k != "cls.predictions.decoder.weight"]  # tied: one copy suffices
+    if missing or unexpected:
+        raise UserError(f"{ckpt}: weights do not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.tie_weights()
+    return model.float(), mc, ckpt / "vocab.txt"

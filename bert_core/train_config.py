@@ -1,0 +1,177 @@
+"""Training configuration (pydantic, strict) and the ONE place batch sizes are derived and checked.
+
+A run is fully described by one ``TrainConfig``; ``--resume`` refuses a config whose ``resume_hash``
+differs from the one stored in the run directory. Importing this module pulls in neither torch nor
+DeepSpeed.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import ConfigDict, Field, model_validator
+
+from bert_core.config import PRESETS, ModelConfig, preset
+from data_jobs.common import StrictModel, UserError, stable_hash
+
+# Fields that change where/how a run is launched or reported, never the numbers it produces:
+# a resumed run may change them.
+LAUNCH_ONLY_FIELDS = {
+    "launcher", "num_workers", "hostfile", "ray_address", "log_every", "tensorboard", "save_every", "keep_last",
+    "peak_tflops", "output_dir",
+}
+
+
+class TrainConfig(StrictModel):
+    """One pretraining run (phase 1 or phase 2) of BERT on a static-instances dataset."""
+
+    model_config = ConfigDict(**StrictModel.model_config, protected_namespaces=())
+
+    # --- what to train, on what -------------------------------------------------------------
+    model: Union[str, ModelConfig] = Field(
+        "tiny", description="preset name (tiny|mini|small|base|large) or a full ModelConfig mapping"
+    )
+    model_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="ModelConfig fields replacing the preset's (e.g. vocab_size)"
+    )
+    dropout: Optional[float] = Field(
+        None, ge=0.0, lt=1.0, description="override hidden and attention dropout (0 = deterministic runs)"
+    )
+    data_dir: str = Field(..., description="instances dataset directory (Parquet + manifest.json)")
+    output_dir: str = Field(..., description="run directory: checkpoints, metrics.jsonl, tensorboard/")
+    init_from: Optional[str] = Field(
+        None, description="phase 2: start from these weights (a run dir, a checkpoint dir or a Hugging Face BERT dir)"
+    )
+    max_seq_length: Optional[int] = Field(
+        None, ge=8, description="expected max_seq_length of the data (checked against the manifest); None = any"
+    )
+    max_predictions_per_seq: Optional[int] = Field(
+        None, ge=1, description="expected max_predictions_per_seq of the data (checked); None = any"
+    )
+
+    # --- engine ------------------------------------------------------------------------------
+    engine: Literal["torch", "deepspeed"] = Field("torch", description="plain torch (1 process) or DeepSpeed")
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = plain data parallel)")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="fp16 needs a GPU; bf16 runs on CPUs with AVX-512-BF16 and on GPUs"
+    )
+
+    # --- optimisation ------------------------------------------------------------------------
+    optimizer: Literal["adamw", "lamb"] = Field("adamw", description="AdamW, or LAMB with per-layer trust ratio")
+    lr: float = Field(1e-4, gt=0.0, description="peak learning rate")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam/LAMB beta1, beta2")
+    eps: float = Field(1e-6, gt=0.0, description="Adam/LAMB epsilon")
+    weight_decay: float = Field(0.01, ge=0.0, description="decoupled weight decay (not on biases/LayerNorm)")
+    warmup_proportion: float = Field(0.1, ge=0.0, le=1.0, description="fraction of max_steps of linear warmup")
+    schedule: Literal["linear", "poly"] = Field("linear", description="decay after warmup: linear or polynomial")
+    poly_power: float = Field(0.5, gt=0.0, description="power of the polynomial decay (NVIDIA recipe: 0.5)")
+    micro_batch_size: int = Field(8, ge=1, description="sequences per rank per forward/backward")
+    grad_accum_steps: int = Field(1, ge=1, description="micro batches accumulated per optimizer step")
+    global_batch_size: Optional[int] = Field(
+        None, ge=1, description="if set, must equal micro_batch_size x grad_accum_steps x world size"
+    )
+    max_steps: int = Field(100, ge=1, description="optimizer steps of this run (the schedule spans them)")
+    clip_grad_norm: float = Field(1.0, ge=0.0, description="global gradient-norm clip (0 = off)")
+    seed: int = Field(42, description="seed of init, dropout and data order")
+
+    # --- checkpoints and logging ---------------------------------------------------------------
+    save_every: int = Field(100, ge=1, description="checkpoint every N optimizer steps (and at the end)")
+    keep_last: int = Field(3, ge=1, description="keep the last K checkpoints")
+    log_every: int = Field(10, ge=1, description="metrics every N steps: stdout, metrics.jsonl, TensorBoard")
+    tensorboard: bool = Field(True, description="write TensorBoard event files under output_dir/tensorboard")
+    peak_tflops: Optional[float] = Field(
+        None, gt=0.0, description="device peak TFLOP/s for MFU; None = known GPUs' data sheet, else no MFU"
+    )
+
+    # --- launcher ----------------------------------------------------------------------------
+    launcher: Literal["local", "torchrun", "deepspeed", "ray"] = Field(
+        "local", description="local: this process; torchrun/deepspeed: started by those; ray: Ray Train workers"
+    )
+    num_workers: int = Field(1, ge=1, description="ranks for launcher=ray (others take WORLD_SIZE from the env)")
+    hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile for multi-node launches")
+    ray_address: Optional[str] = Field(None, description="existing Ray cluster for launcher=ray; None = local")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if isinstance(self.model, str) and self.model not in PRESETS:
+            raise ValueError(f"unknown model preset {self.model!r}; choose one of {', '.join(PRESETS)}")
+        if not isinstance(self.model, str) and self.model_overrides:
+            raise ValueError("model_overrides only apply to a preset name, not to a full model mapping")
+        if self.optimizer == "lamb" and self.engine == "deepspeed" and (self.zero_stage > 0 or self.precision != "fp32"):
+            # ZeRO >= 1 (and DeepSpeed's bf16/fp16 wrappers) hand the optimizer flattened buffers, so a
+            # LAMB trust ratio would be computed per partition instead of per layer: silently wrong.
+            raise ValueError(
+                "optimizer lamb needs per-layer tensors: DeepSpeed ZeRO >= 1 and DeepSpeed bf16/fp16 give it "
+                "flattened partitions (trust ratio per partition, not per layer); use zero_stage 0 with fp32, "
+                "engine torch, or optimizer adamw"
+            )
+        if self.engine == "torch" and self.zero_stage:
+            raise ValueError("zero_stage needs engine deepspeed")
+        return self
+
+    def build_model_config(self, data_vocab_size: Optional[int] = None) -> ModelConfig:
+        """The architecture. A preset without an explicit vocab_size takes the dataset's vocab size."""
+        if isinstance(self.model, ModelConfig):
+            mc = self.model
+        else:
+            over = dict(self.model_overrides)
+            if data_vocab_size is not None and "vocab_size" not in over:
+                over["vocab_size"] = data_vocab_size
+            try:
+                mc = preset(self.model, **over)
+            except (TypeError, ValueError) as err:
+                raise UserError(f"model_overrides: {str(err).splitlines()[0]}") from None
+        if self.dropout is not None:
+            mc = mc.model_copy(update={"hidden_dropout_prob": self.dropout, "attention_probs_dropout_prob": self.dropout})
+        return mc
+
+    def global_batch(self, world_size: int) -> int:
+        """global = micro x accumulation x world, checked once against global_batch_size."""
+        derived = self.micro_batch_size * self.grad_accum_steps * world_size
+        if self.global_batch_size is not None and self.global_batch_size != derived:
+            hint = ""
+            per = self.micro_batch_size * world_size
+            if self.global_batch_size % per == 0:
+                hint = f"; grad_accum_steps {self.global_batch_size // per} would match"
+            raise UserError(
+                f"global_batch_size: {self.global_batch_size} != micro_batch_size {self.micro_batch_size} x "
+                f"grad_accum_steps {self.grad_accum_steps} x world size {world_size} = {derived}{hint}"
+            )
+        return derived
+
+    def warmup_steps(self) -> int:
+        return int(round(self.warmup_proportion * self.max_steps))
+
+    def resume_hash(self) -> str:
+        """Hash of everything that determines the numbers; launch/reporting fields may change on resume."""
+        return stable_hash(self.model_dump(mode="json", exclude=LAUNCH_ONLY_FIELDS))
+
+
+def ds_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed JSON, generated from the config (never hand-edited); saved beside each checkpoint.
+
+    The optimizer and scheduler are passed to ``deepspeed.initialize`` as client objects (a torch
+    AdamW or our LAMB): DeepSpeed's fused kernels are CUDA-only and its fused Adam is a 45 s JIT build.
+    """
+    cfg: dict[str, Any] = {
+        "train_batch_size": config.global_batch(world_size),
+        "train_micro_batch_size_per_gpu": config.micro_batch_size,
+        "gradient_accumulation_steps": config.grad_accum_steps,
+        "gradient_clipping": config.clip_grad_norm,
+        "steps_per_print": 10**9,  # we log ourselves
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+        "zero_optimization": {"stage": config.zero_stage},
+        "bf16": {"enabled": config.precision == "bf16"},
+        "fp16": {"enabled": config.precision == "fp16"},
+    }
+    if config.zero_stage >= 2:
+        cfg["zero_optimization"].update(
+            {"overlap_comm": False, "contiguous_gradients": True, "reduce_bucket_size": 5e7}
+        )
+    if config.zero_stage == 3:
+        cfg["zero_optimization"].update(
+            {"stage3_gather_16bit_weights_on_model_save": False, "stage3_param_persistence_threshold": 1e4}
+        )
+    if config.precision == "fp16":
+        cfg["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1})
+    return cfg
