@@ -1,0 +1,159 @@
+"""Readers: raw inputs -> Documents (pure functions, no Ray; streaming, never a whole dump in memory).
+
+    read_documents(config, stats)   every document of config.inputs, in a deterministic order
+    expand_inputs(config)           the work units (files, built-in corpus parts) behind config.inputs
+    read_unit(unit, config, stats)  the documents of one unit (what one Ray task reads)
+
+Formats (``config.input_format``, or per file with "auto"): bert, books, wikiextractor, mediawiki,
+jsonl, parquet; each also ``.gz``/``.bz2``/``.zst`` compressed. Damaged input is skipped and counted
+in ``stats`` by reason (or stops the run with ``on_bad_input="fail"``); see docs/data-shard.md.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from pathlib import Path
+from typing import Callable, Iterator
+
+from data_jobs.common import UserError
+from data_jobs.readers.base import Document, ReadStats, Unit
+from data_jobs.readers.mediawiki import read_mediawiki
+from data_jobs.readers.plain import read_bert, read_books
+from data_jobs.readers.tabular import read_jsonl, read_parquet
+from data_jobs.readers.textio import base_name, probe
+from data_jobs.readers.wikiextractor import read_wikiextractor
+
+__all__ = [
+    "Document", "ReadStats", "Unit", "READERS", "detect_format", "expand_inputs", "read_documents",
+    "read_unit", "read_bert", "read_books", "read_wikiextractor", "read_mediawiki", "read_jsonl",
+    "read_parquet",
+]
+
+
+def _read_builtin(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
+    from data_jobs.builtin_corpus import read_builtin  # imported late: it imports this package
+
+    return read_builtin(path, source, config, stats)
+
+
+Reader = Callable[[str, str, object, ReadStats], Iterator[Document]]
+READERS: dict[str, Reader] = {
+    "bert": read_bert,
+    "books": read_books,
+    "wikiextractor": read_wikiextractor,
+    "mediawiki": read_mediawiki,
+    "jsonl": read_jsonl,
+    "parquet": read_parquet,
+    "builtin": _read_builtin,
+}
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_SENTENCE_END = re.compile(r"[.!?:;\"'\u201d\u2019)\]]\s*$")
+
+
+def detect_format(path: str, head: bytes) -> str:
+    """Format of one file from its name (compression suffix ignored), else from its first bytes.
+
+    Plain text is told apart by its line ends: in the BERT format nearly every line ends a sentence;
+    in hard-wrapped prose most lines stop mid-sentence.
+    """
+    name = base_name(path).lower()
+    if name.endswith(".parquet") or head.startswith(b"PAR1"):
+        return "parquet"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    if name.endswith(".xml"):
+        return "mediawiki"
+    text = head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
+    if text.startswith(("<mediawiki", "<?xml")):
+        return "mediawiki"
+    if text.startswith("<doc"):
+        return "wikiextractor"
+    if text.startswith("{"):
+        return "jsonl"
+    if "*** START OF" in text.upper():
+        return "books"
+    lines = [ln for ln in text.replace("\r", "").split("\n")[:-1] if ln.strip()]  # last may be cut off
+    if not lines:
+        return "books"
+    ends = sum(1 for ln in lines if _SENTENCE_END.search(ln))
+    return "bert" if ends / len(lines) >= 0.6 else "books"
+
+
+def _files_of(inp: str) -> list[Path]:
+    """Files behind one input string (a file, a directory searched recursively, or a glob)."""
+    if _GLOB_CHARS.search(inp):
+        files = [Path(p) for p in glob.glob(inp, recursive=True) if Path(p).is_file()]
+        if not files:
+            raise UserError(f"{inp}: no files match this pattern")
+        return files
+    p = Path(inp)
+    if p.is_dir():
+        files = [
+            f for f in p.rglob("*")
+            if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        ]
+        if not files:
+            raise UserError(f"{inp}: directory holds no files")
+        return files
+    if p.is_file():
+        return [p]
+    raise UserError(f"{inp}: no such file or directory")
+
+
+def expand_inputs(config) -> list[Unit]:
+    """The units behind ``config.inputs``, sorted by source name; each file appears once.
+
+    ``source`` (the prefix of every doc_id) is the path relative to the common parent of all input
+    files, so doc_ids do not change when the corpus directory is moved or mounted elsewhere.
+    """
+    from data_jobs.builtin_corpus import units as builtin_units
+
+    units: list[Unit] = []
+    files: dict[str, Path] = {}
+    for inp in config.inputs:
+        if inp.startswith("builtin:"):
+            units += builtin_units(inp)
+            continue
+        for f in _files_of(inp):
+            files.setdefault(os.path.realpath(f), f)
+    if files:
+        real = sorted(files)
+        root = os.path.commonpath([os.path.dirname(r) for r in real])
+        for r in real:
+            units.append(Unit(r, Path(os.path.relpath(r, root)).as_posix(), config.input_format))
+    seen: set[str] = set()
+    out = []
+    for u in sorted(units, key=lambda u: u.source):
+        if u.source not in seen:
+            seen.add(u.source)
+            out.append(u)
+    return out
+
+
+def read_unit(unit: Unit, config, stats: ReadStats) -> Iterator[Document]:
+    """Documents of one unit that pass ``min_sentences``; everything else is counted in ``stats``."""
+    fmt = unit.fmt
+    if fmt != "builtin":
+        problem, head = probe(unit.path) if not base_name(unit.path).endswith(".parquet") else (None, b"")
+        if problem == "binary" and (fmt == "parquet" or head.startswith(b"PAR1")):
+            problem = None
+        if problem:
+            stats.bad_file(unit.path, problem)
+            return
+        if fmt == "auto":
+            fmt = detect_format(unit.path, head)
+    stats.files_read += 1
+    for doc in READERS[fmt](unit.path, unit.source, config, stats):
+        if len(doc.sentences) < config.min_sentences:
+            stats.drop("too_few_sentences")
+            continue
+        stats.kept += 1
+        yield doc
+
+
+def read_documents(config, stats: ReadStats | None = None) -> Iterator[Document]:
+    """Every document of ``config.inputs`` (single process; the shard job spreads units over Ray)."""
+    stats = stats if stats is not None else ReadStats(strict=config.on_bad_input == "fail")
+    for unit in expand_inputs(config):
+        yield from read_unit(unit, config, stats)

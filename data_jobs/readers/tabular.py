@@ -1,0 +1,89 @@
+"""JSONL and Parquet with a text column (name configurable), as Hugging Face datasets exports them.
+
+The text is running prose: paragraphs split at blank lines, then into sentences. doc_id =
+``<source>#<id column value>`` when ``id_column`` is set, else ``<source>#<row index>``.
+A missing text column is a configuration mistake, not damaged data: it stops the run.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from data_jobs.common import UserError
+from data_jobs.readers.base import Document, ReadStats
+from data_jobs.readers.textio import BadLine, iter_lines
+from data_jobs.segment import split_sentences
+
+
+def _document(record_id: Any, text: Any, source: str, config, stats: ReadStats, path: str, where: str):
+    if not isinstance(text, str):
+        stats.bad_document(path, "missing_text", where)
+        return None
+    if config.id_column and record_id is None:
+        stats.bad_document(path, "missing_id", where)
+        return None
+    sentences = split_sentences(text, config.sentence_splitter)
+    if not sentences:
+        stats.drop("no_text")
+        return None
+    return Document(f"{source}#{record_id}", source, sentences)
+
+
+def read_jsonl(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
+    checked = False
+    for lineno, line in enumerate(iter_lines(path, config.max_line_bytes), start=1):
+        if isinstance(line, BadLine):
+            stats.bad_document(path, line.reason, f"line {lineno}")
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            stats.bad_document(path, "bad_json", f"line {lineno}: {err}")
+            continue
+        if not isinstance(record, dict):
+            stats.bad_document(path, "bad_json", f"line {lineno}: not an object")
+            continue
+        if not checked:
+            # Judge the column names on the first good record: a wrong --text-column would otherwise
+            # drop every record one by one.
+            for col in filter(None, (config.text_column, config.id_column)):
+                if col not in record:
+                    raise UserError(
+                        f"{path}: no key {col!r} in the first record (keys: {', '.join(sorted(record)[:20])}); "
+                        "set --text-column/--id-column"
+                    )
+            checked = True
+        rid = record.get(config.id_column) if config.id_column else lineno - 1
+        doc = _document(rid, record.get(config.text_column), source, config, stats, path, f"line {lineno}")
+        if doc is not None:
+            yield doc
+
+
+def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        stats.bad_file(path, "corrupt_parquet", str(err).splitlines()[0] if str(err) else "")
+        return
+    names = pf.schema_arrow.names
+    columns = [c for c in (config.text_column, config.id_column) if c]
+    for col in columns:
+        if col not in names:
+            raise UserError(
+                f"{path}: no column {col!r} (columns: {', '.join(names[:20])}); set --text-column/--id-column"
+            )
+    row = 0
+    # Row batches, never the whole file: memory is one batch of documents.
+    for batch in pf.iter_batches(batch_size=256, columns=columns):
+        texts = batch.column(config.text_column).to_pylist()
+        ids = batch.column(config.id_column).to_pylist() if config.id_column else range(row, row + len(texts))
+        for rid, text in zip(ids, texts):
+            doc = _document(rid, text, source, config, stats, path, f"row {row}")
+            row += 1
+            if doc is not None:
+                yield doc

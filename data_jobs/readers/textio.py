@@ -1,0 +1,195 @@
+"""Streaming byte/line access to input files: decompression, BOM/CRLF, bounded lines, bad-byte flags.
+
+Nothing here loads a whole file: compressed inputs go through streaming decompressors and lines are
+read with a length cap, so a 200 MB line costs ``max_line_bytes`` of memory, not 200 MB.
+Problems inside a file are not raised; they are yielded as :class:`BadLine` markers so each format
+parser can drop (and count) exactly the document they fall into and carry on.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import re
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
+
+BOM = b"\xef\xbb\xbf"
+COMPRESSIONS = (".gz", ".bz2", ".zst")
+PROBE_BYTES = 8192
+
+
+class BadLine(NamedTuple):
+    """Marker yielded in place of a line that could not be used; ``reason`` names why."""
+
+    reason: str  # "invalid_utf8" | "line_too_long" | "truncated"
+
+
+Line = Union[str, BadLine]
+
+
+def _zstd_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import zstandard
+
+        return (zstandard.ZstdError,)
+    except ImportError:  # pragma: no cover - zstandard is a dependency
+        return ()
+
+
+# What a damaged or cut-off compressed stream raises, whichever codec it is.
+STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error) + _zstd_errors()
+
+
+def base_name(path: str | Path) -> str:
+    """File name without a compression suffix: ``wiki.xml.bz2`` -> ``wiki.xml``."""
+    name = Path(path).name
+    for suffix in COMPRESSIONS:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+class _ZstdTruncationCheck(io.RawIOBase):
+    """zstandard's stream reader ends quietly on a cut-off frame; this raises EOFError instead."""
+
+    def __init__(self, raw: BinaryIO):
+        import zstandard
+
+        self._fh = raw
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        while not self._pending and not self._eof:
+            chunk = self._fh.read(1 << 16)
+            if not chunk:
+                self._eof = True
+                if not self._dobj.eof:
+                    raise EOFError("zstd stream ended before the end of its frame (truncated)")
+                break
+            self._pending = self._dobj.decompress(chunk)
+            if self._dobj.eof and self._dobj.unused_data:
+                # A second frame follows (multi-frame files, e.g. pzstd output): start a new one.
+                import zstandard
+
+                rest = self._dobj.unused_data
+                self._dobj = zstandard.ZstdDecompressor().decompressobj()
+                self._pending += self._dobj.decompress(rest)
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+@contextmanager
+def open_binary(path: str | Path) -> Iterator[BinaryIO]:
+    """Open ``path`` for streaming reads, decompressing ``.gz``/``.bz2``/``.zst`` on the fly."""
+    p = str(path)
+    if p.endswith(".gz"):
+        fh: BinaryIO = gzip.open(p, "rb")  # type: ignore[assignment]
+    elif p.endswith(".bz2"):
+        fh = bz2.open(p, "rb")  # type: ignore[assignment]
+    elif p.endswith(".zst"):
+        fh = io.BufferedReader(_ZstdTruncationCheck(open(p, "rb")), 1 << 16)  # type: ignore[assignment]
+    else:
+        fh = open(p, "rb")
+    try:
+        yield fh
+    finally:
+        fh.close()
+
+
+def probe(path: str | Path) -> tuple[str | None, bytes]:
+    """Look at the first few KB (decompressed): return (problem or None, head bytes).
+
+    Problems: ``empty``, ``binary`` (NUL bytes: an image, an archive, a model file),
+    ``corrupt_compression`` (the decompressor rejects the very start of the file).
+    """
+    head = b""
+    try:
+        with open_binary(path) as fh:
+            # Small reads: a truncated stream still shows its first bytes before it fails.
+            while len(head) < PROBE_BYTES and (block := fh.read(1024)):
+                head += block
+    except STREAM_ERRORS:
+        if not head:
+            return "corrupt_compression", head
+        # A cut-off stream with readable text is reported (and counted) while reading it.
+    if not head:
+        return "empty", head
+    if b"\x00" in head:
+        return "binary", head
+    return None, head
+
+
+def iter_lines(path: str | Path, max_line_bytes: int) -> Iterator[Line]:
+    """Decoded lines without their line ends (LF or CRLF), BOM removed; problems as BadLine.
+
+    A line longer than ``max_line_bytes`` is skipped in bounded chunks and reported once. A stream that
+    ends early (cut-off download) yields ``BadLine("truncated")`` and stops.
+    """
+    with open_binary(path) as fh:
+        first = True
+        while True:
+            try:
+                raw = fh.readline(max_line_bytes + 1)
+                if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                    while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                        pass
+                    yield BadLine("line_too_long")
+                    continue
+            except STREAM_ERRORS:
+                yield BadLine("truncated")
+                return
+            if not raw:
+                return
+            if first:
+                first = False
+                if raw.startswith(BOM):
+                    raw = raw[len(BOM) :]
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                yield BadLine("invalid_utf8")
+
+
+_PG_START = re.compile(r"^\s*\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_PG_END = re.compile(r"^\s*\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+PG_HEADER_MAX_LINES = 400
+
+
+def strip_gutenberg_lines(lines: Iterable[Line]) -> Iterator[Line]:
+    """Drop a Project Gutenberg licence header (up to ``*** START OF ...``) and footer (from ``*** END``).
+
+    Streaming: only the first PG_HEADER_MAX_LINES lines are held back while looking for the start
+    marker; a file without one passes through unchanged.
+    """
+    it = iter(lines)
+    held: list[Line] = []
+    for line in it:
+        held.append(line)
+        if isinstance(line, str) and _PG_START.match(line):
+            held = []
+            break
+        if len(held) >= PG_HEADER_MAX_LINES:
+            break
+    for line in _chain(held, it):
+        if isinstance(line, str) and _PG_END.match(line):
+            return
+        yield line
+
+
+def _chain(first: list[Line], rest: Iterator[Line]) -> Iterator[Line]:
+    yield from first
+    yield from rest

@@ -1,0 +1,61 @@
+"""WikiExtractor output, the raw input of NVIDIA's and MLPerf's BERT Wikipedia preprocessing:
+
+    <doc id="12" url="https://en.wikipedia.org/wiki?curid=12" title="Anarchism">
+    Anarchism
+    <paragraph, one per line>
+    </doc>
+
+The first line repeats the title and is dropped (a title is not a sentence). Each paragraph line is
+sentence-split. doc_id = ``<source>#<wiki page id>``.
+"""
+from __future__ import annotations
+
+import html
+import re
+from typing import Iterator
+
+from data_jobs.readers.base import Document, ReadStats
+from data_jobs.readers.textio import BadLine, iter_lines
+from data_jobs.segment import split_paragraph
+
+_DOC_START = re.compile(r"^<doc\b([^>]*)>\s*$")
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
+    attrs: dict[str, str] | None = None  # None = between documents
+    sentences: list[str] = []
+    bad: str | None = None
+    first_line = True
+    for line in iter_lines(path, config.max_line_bytes):
+        if isinstance(line, BadLine):
+            if attrs is not None or line.reason == "truncated":
+                bad = bad or line.reason
+            if line.reason == "truncated":
+                break
+            continue
+        if attrs is None:
+            m = _DOC_START.match(line)
+            if m:
+                attrs = {k: html.unescape(v) for k, v in _ATTR.findall(m.group(1))}
+                sentences, bad, first_line = [], None, True
+            continue
+        if line.strip() == "</doc>":
+            doc_key = attrs.get("id") or attrs.get("title") or "?"
+            if bad:
+                stats.bad_document(path, bad, f"doc id={doc_key}")
+            elif not sentences:
+                stats.drop("no_text")
+            else:
+                yield Document(f"{source}#{doc_key}", source, sentences)
+            attrs = None
+            continue
+        if first_line and line.strip():
+            first_line = False
+            if line.strip() == attrs.get("title", "").strip():
+                continue
+        if line.strip():
+            sentences.extend(split_paragraph(line, config.sentence_splitter))
+    if attrs is not None or bad:
+        # The file ended inside a <doc>: a cut-off file, the partial article is not kept.
+        stats.bad_document(path, "truncated", "ends inside a <doc>")

@@ -1,0 +1,192 @@
+"""The three steps of the shard job as plain functions (the job runs each as Ray tasks; tests call them
+directly). All state passes through files under ``<output_dir>/.work``:
+
+1. partition_units   read some input units, route each document to ``shard_of(doc_id)``, write bucket
+                     files per shard (and, for dedup, (content_hash, doc_id) per hash bucket); memory
+                     is bounded by FLUSH_BYTES of buffered text, not by the input.
+2. find_duplicates   per hash bucket: every document whose exact content also appears under a smaller
+                     doc_id is listed for dropping. Routing by content hash makes this global: copies
+                     in different shards meet in the same bucket, so dedup is corpus-wide, while shard
+                     assignment stays by doc_id as the contract says.
+3. merge_shard       one output shard: its buckets, sorted by doc_id (so the bytes do not depend on how
+                     many workers wrote the buckets), duplicates dropped, written atomically.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from data_jobs.common import UserError, atomic_path, sha256_file
+from data_jobs.readers import ReadStats, Unit, read_unit
+from data_jobs.schema import DOCUMENTS_SCHEMA
+
+FLUSH_BYTES = 32 << 20  # text buffered per reading task before its buckets go to disk
+SHARD_NAME = "shard-{:05d}.parquet"
+BUCKET_SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("source", pa.string()), ("sentences", pa.list_(pa.string())),
+     ("content_hash", pa.binary(16))]
+)
+HASH_SCHEMA = pa.schema([("content_hash", pa.binary(16)), ("doc_id", pa.string()), ("shard", pa.int32())])
+
+
+def _h64(data: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big")
+
+
+def shard_of(doc_id: str, num_shards: int) -> int:
+    """Stable shard of a document: SHA-256 of its id (Python's hash() changes between processes)."""
+    return _h64(doc_id.encode("utf-8")) % num_shards
+
+
+def content_hash(sentences: list[str]) -> bytes:
+    """128-bit digest of a document's text (sentences never contain a newline, so the join is exact)."""
+    return hashlib.sha256("\n".join(sentences).encode("utf-8")).digest()[:16]
+
+
+def _write(table: pa.Table, path: Path, compression: str = "lz4") -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression=compression)
+
+
+def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str, Any]:
+    """Step 1 for one reading task. Returns its ReadStats as a dict (plus counts per shard)."""
+    n = config.num_shards
+    stats = ReadStats(strict=config.on_bad_input == "fail")
+    buckets: list[list[tuple]] = [[] for _ in range(n)]
+    buffered, flushes = 0, 0
+
+    def flush() -> None:
+        nonlocal buffered, flushes
+        for s, rows in enumerate(buckets):
+            if not rows:
+                continue
+            cols = list(zip(*rows))
+            name = f"t{task:05d}-{flushes:05d}.parquet"
+            _write(pa.table(cols, schema=BUCKET_SCHEMA), Path(work, "parts", f"{s:05d}", name))
+            if config.dedup:
+                hashes = pa.table([cols[3], cols[0], [s] * len(rows)], schema=HASH_SCHEMA)
+                bucket_of = [_h64(h) % n for h in cols[3]]
+                for k in sorted(set(bucket_of)):
+                    mask = pa.array([b == k for b in bucket_of])
+                    _write(hashes.filter(mask), Path(work, "hashes", f"{k:05d}", f"s{s:05d}-{name}"))
+            rows.clear()
+        buffered, flushes = 0, flushes + 1
+
+    for unit in units:
+        for doc in read_unit(unit, config, stats):
+            buckets[shard_of(doc.doc_id, n)].append(
+                (doc.doc_id, doc.source, doc.sentences, content_hash(doc.sentences))
+            )
+            buffered += sum(len(s) for s in doc.sentences)
+            if buffered >= FLUSH_BYTES:
+                flush()
+    flush()
+    return {"kept": stats.kept, "files_read": stats.files_read, "dropped": dict(stats.dropped),
+            "files_skipped": dict(stats.files_skipped), "problems": dict(stats.problems)}
+
+
+def _read_dir(directory: Path, schema: pa.Schema) -> pa.Table:
+    files = sorted(directory.glob("*.parquet")) if directory.is_dir() else []
+    if not files:
+        return schema.empty_table()
+    return pa.concat_tables([pq.read_table(f, schema=schema) for f in files]).combine_chunks()
+
+
+def find_duplicates(bucket: int, work: str) -> int:
+    """Step 2 for one hash bucket: write (doc_id, shard) of every non-first copy; return their count."""
+    table = _read_dir(Path(work, "hashes", f"{bucket:05d}"), HASH_SCHEMA)
+    out = Path(work, "drops", f"{bucket:05d}.parquet")
+    if table.num_rows == 0:
+        _write(pa.table({"doc_id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())}), out)
+        return 0
+    table = table.take(pc.sort_indices(table, [("content_hash", "ascending"), ("doc_id", "ascending")]))
+    col = table.column("content_hash").combine_chunks()
+    digests = np.frombuffer(col.buffers()[1], dtype="S16")[col.offset : col.offset + len(col)]
+    ids = np.array(table.column("doc_id").to_pylist(), dtype=object)
+    idx = np.arange(len(digests))
+    new_group = np.ones(len(digests), dtype=bool)
+    new_group[1:] = digests[1:] != digests[:-1]
+    first = np.maximum.accumulate(np.where(new_group, idx, 0))
+    # Keep the smallest doc_id of each content group: a choice no worker count can change. Rows that
+    # repeat the kept doc_id itself are left to merge_shard, which sees them side by side.
+    drop = ~new_group & (ids != ids[first])
+    _write(pa.table({"doc_id": table.column("doc_id").filter(pa.array(drop)),
+                     "shard": table.column("shard").filter(pa.array(drop))}), out)
+    return int(drop.sum())
+
+
+def _drop_list(work: str, shard: int) -> set[str]:
+    drops = Path(work, "drops")
+    if not drops.is_dir():
+        return set()
+    out: set[str] = set()
+    for f in sorted(drops.glob("*.parquet")):
+        t = pq.read_table(f, filters=[("shard", "=", shard)], columns=["doc_id"])
+        out.update(t.column("doc_id").to_pylist())
+    return out
+
+
+def merge_shard(shard: int, config, work: str, config_hash: str) -> dict[str, Any]:
+    """Step 3 for one output shard; returns its file entry fields and drop counts."""
+    table = _read_dir(Path(work, "parts", f"{shard:05d}"), BUCKET_SCHEMA)
+    table = table.take(pc.sort_indices(table, [("doc_id", "ascending"), ("content_hash", "ascending")]))
+    ids = table.column("doc_id").to_pylist()
+    hashes = table.column("content_hash").to_pylist()
+    drop_ids = _drop_list(work, shard) if config.dedup else set()
+    dropped: Counter = Counter()
+    keep = []
+    for i, doc_id in enumerate(ids):
+        if i and doc_id == ids[i - 1]:
+            # doc_ids must be unique; the same id twice is a repeated input or a repeated id column value.
+            dropped["duplicate" if config.dedup and hashes[i] == hashes[i - 1] else "duplicate_doc_id"] += 1
+        elif doc_id in drop_ids:
+            dropped["duplicate"] += 1
+        else:
+            keep.append(i)
+    docs = table.take(pa.array(keep, pa.int64())).select(["doc_id", "source", "sentences"])
+    docs = docs.cast(DOCUMENTS_SCHEMA).combine_chunks()
+    path = Path(config.output_dir, SHARD_NAME.format(shard))
+    with atomic_path(path) as tmp:
+        pq.write_table(docs, tmp, compression="zstd")
+    sentences = pc.list_value_length(docs.column("sentences"))
+    result = {
+        "shard": shard, "name": path.name, "rows": docs.num_rows, "bytes": path.stat().st_size,
+        "sha256": sha256_file(path), "dropped": dict(dropped),
+        "sentences": int(pc.sum(sentences).as_py() or 0),
+        "bytes_of_text": int(pc.sum(pc.binary_length(pc.list_flatten(docs.column("sentences")))).as_py() or 0),
+    }
+    # A done-record per shard lets a rerun after a crash skip shards that were finished and intact.
+    Path(work, "done").mkdir(parents=True, exist_ok=True)
+    with atomic_path(Path(work, "done", f"{shard:05d}.json")) as tmp:
+        tmp.write_text(json.dumps({**result, "config_hash": config_hash}), encoding="utf-8")
+    return result
+
+
+def done_record(shard: int, config, work: str, config_hash: str) -> dict[str, Any] | None:
+    """The result of an earlier merge_shard whose file is still there, unchanged; else None."""
+    rec_path = Path(work, "done", f"{shard:05d}.json")
+    if not rec_path.is_file():
+        return None
+    try:
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    path = Path(config.output_dir, SHARD_NAME.format(shard))
+    if rec.get("config_hash") != config_hash or not path.is_file() or path.stat().st_size != rec["bytes"]:
+        return None
+    return rec if sha256_file(path) == rec["sha256"] else None
+
+
+def raise_if_error(result: Any) -> Any:
+    """Tasks return UserErrors as values (a one-line message), never as Ray tracebacks."""
+    if isinstance(result, dict) and "user_error" in result:
+        raise UserError(result["user_error"])
+    return result
