@@ -30,11 +30,11 @@ def set_seed(seed: int) -> None:
 
 
 def trim_batch(batch: Batch) -> Batch:
-    """Drop padding columns beyond the longest sequence of the batch (every [B, S] tensor)."""
+    """Drop padding columns beyond the longest sequence of the batch (every [B, S, ...] tensor)."""
     mask_BS = batch["attention_mask"]
     length = int(mask_BS.sum(dim=1).max().item())
     width = mask_BS.shape[1]
-    return {k: (v[:, :length] if v.dim() == 2 and v.shape[1] == width else v) for k, v in batch.items()}
+    return {k: (v[:, :length] if v.dim() >= 2 and v.shape[1] == width else v) for k, v in batch.items()}
 
 
 def _take(data: Batch, idx: torch.Tensor, device: torch.device) -> Batch:

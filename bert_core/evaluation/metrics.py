@@ -116,8 +116,8 @@ def ner_metrics(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) ->
     from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 
     return {
-        "f1": float(f1_score(gold, pred)),
-        "precision": float(precision_score(gold, pred)),
-        "recall": float(recall_score(gold, pred)),
+        "f1": float(f1_score(gold, pred, zero_division=0)),
+        "precision": float(precision_score(gold, pred, zero_division=0)),
+        "recall": float(recall_score(gold, pred, zero_division=0)),
         "token_accuracy": float(accuracy_score(gold, pred)),
     }
