@@ -1,0 +1,433 @@
+"""Static MLM/NSP instances, exactly as Google BERT's ``create_pretraining_data.py`` makes them (no Ray).
+
+Shapes (legend): T = tokens, N = instances, S = sentences, D = documents, M = masked positions.
+
+Call tree (the original's, with the RNG passed in):
+  round_table(ctx, round)                       one dupe round over one shard -> one Arrow table
+    document_pairs(sent_off, key, ...)          create_instances_from_document, without masking
+      random_next_b / truncate_pair             random-next segment B, truncate_seq_pair
+    masking.mask_batch(...)                     create_masked_lm_predictions, vectorised per round
+
+Tokens are never copied per instance in Python: a document is a run of sentences, and every segment
+(A, B, a truncated A or B) is one contiguous range of token ids. Instances are therefore tuples of
+ranges, and one numpy gather per round builds all of them.
+
+Randomness: every (seed, shard, round, document) gets its own ``random.Random`` for the segment
+decisions, and every (seed, shard, round) its own numpy Generator for the masks, so the output is the
+same however shards are spread over workers.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from data_jobs.instance_stats import add_counts, new_stats
+from data_jobs.masking import KEEP, MASK, RANDOM, mask_batch
+
+TASK_CODES = {"nsp", "sop", "none"}
+
+
+def derive_seed(*parts: object) -> int:
+    """A 64-bit seed from any tuple of ints/strings (stable across processes, unlike hash())."""
+    blob = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little")
+
+
+@dataclass
+class TokenizedDocs:
+    """Documents as flat token ids. Sentence s is ids[sent_off[s]:sent_off[s+1]]; document d holds
+    sentences doc_sent_off[d]:doc_sent_off[d+1]. Sentences with no tokens are dropped (as in the
+    original); a document left without sentences stays as an empty range so indices stay stable."""
+
+    ids_T: np.ndarray
+    sent_off_S1: np.ndarray
+    doc_sent_off_D1: np.ndarray
+    doc_keys_D: np.ndarray  # corpus-wide unique id per document: (shard << 32) | index in shard
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_sent_off_D1) - 1
+
+    @staticmethod
+    def empty() -> "TokenizedDocs":
+        z = np.zeros(1, dtype=np.int64)
+        return TokenizedDocs(np.zeros(0, np.int32), z, z.copy(), np.zeros(0, np.int64))
+
+
+def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: Sequence[int],
+                       batch_sentences: int = 16384) -> TokenizedDocs:
+    """Tokenize every sentence of the documents once (Rust, batched), keep ids only."""
+    sent_doc = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
+    flat = list(itertools.chain.from_iterable(documents))
+    lens: list[int] = []
+    chunks: list[np.ndarray] = []
+    for lo in range(0, len(flat), batch_sentences):
+        encs = tokenizer.encode_batch_fast(flat[lo:lo + batch_sentences], add_special_tokens=False)
+        ids = [e.ids for e in encs]
+        lens.extend(map(len, ids))
+        chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32))
+    lens_S = np.asarray(lens, dtype=np.int64)
+    keep_S = lens_S > 0
+    sent_off = np.zeros(int(keep_S.sum()) + 1, dtype=np.int64)
+    np.cumsum(lens_S[keep_S], out=sent_off[1:])
+    doc_off = np.zeros(len(documents) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sent_doc[keep_S], minlength=len(documents)), out=doc_off[1:])
+    ids_T = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+    return TokenizedDocs(ids_T, sent_off, doc_off, np.asarray(doc_keys, dtype=np.int64))
+
+
+def window_documents(docs: TokenizedDocs, max_tokens: int, rng: random.Random) -> TokenizedDocs:
+    """Keep non-empty documents, each cut to a random run of whole sentences of ~max_tokens tokens.
+
+    Used for the random-next pool: a random start within a random window of a long document is close
+    to a random start within the whole document, and the pool's memory stays bounded.
+    """
+    parts, sent_lens, doc_counts, keys = [], [], [], []
+    so = docs.sent_off_S1
+    for d in range(docs.num_docs):
+        s_lo, s_hi = int(docs.doc_sent_off_D1[d]), int(docs.doc_sent_off_D1[d + 1])
+        if s_hi == s_lo:
+            continue
+        if so[s_hi] - so[s_lo] > max_tokens:
+            start = rng.randint(s_lo, s_hi - 1)
+            end = start + 1
+            while end < s_hi and so[end + 1] - so[start] <= max_tokens:
+                end += 1
+            s_lo, s_hi = start, end
+        parts.append(docs.ids_T[so[s_lo]:so[s_hi]])
+        sent_lens.append(np.diff(so[s_lo:s_hi + 1]))
+        doc_counts.append(s_hi - s_lo)
+        keys.append(int(docs.doc_keys_D[d]))
+    return concat_docs([TokenizedDocs(p, np.r_[0, np.cumsum(sl)], np.array([0, c]), np.array([k]))
+                        for p, sl, c, k in zip(parts, sent_lens, doc_counts, keys)])
+
+
+def concat_docs(items: Sequence[TokenizedDocs]) -> TokenizedDocs:
+    if not items:
+        return TokenizedDocs.empty()
+    ids, sent, doc, keys = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], []
+    t_base = s_base = 0
+    for it in items:
+        ids.append(it.ids_T)
+        sent.append(it.sent_off_S1[1:] + t_base)
+        doc.append(it.doc_sent_off_D1[1:] + s_base)
+        keys.append(it.doc_keys_D)
+        t_base += len(it.ids_T)
+        s_base += len(it.sent_off_S1) - 1
+    return TokenizedDocs(np.concatenate(ids).astype(np.int32), np.concatenate(sent).astype(np.int64),
+                         np.concatenate(doc).astype(np.int64), np.concatenate(keys).astype(np.int64))
+
+
+@dataclass(frozen=True)
+class PairParams:
+    max_seq_length: int
+    short_seq_prob: float
+    sentence_task: str
+
+    @property
+    def max_num_tokens(self) -> int:
+        # Account for [CLS], [SEP], [SEP] (one [SEP] fewer without a second segment).
+        return self.max_seq_length - (2 if self.sentence_task == "none" else 3)
+
+
+@dataclass
+class Pool:
+    """The random-next pool as plain lists (Python indexing is faster than numpy scalars here)."""
+
+    sent_off: list[int]
+    doc_sent_off: list[int]
+    doc_keys: list[int]
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_keys)
+
+
+# A pair is (a_lo, a_len, b_lo, b_len, label): ranges into the shard context's token array.
+Pair = tuple
+
+
+def truncation_counts(len_a: int, len_b: int, max_num_tokens: int) -> tuple[int, int]:
+    """How many tokens truncate_seq_pair removes from A and from B, in closed form.
+
+    The original removes one token at a time from the longer segment (B on ties) until the pair fits:
+    first the longer side down to the other's length, then alternately B, A, B, ...
+    """
+    excess = len_a + len_b - max_num_tokens
+    if excess <= 0:
+        return 0, 0
+    ta = tb = 0
+    if len_a > len_b:
+        ta = min(excess, len_a - len_b)
+    else:
+        tb = min(excess, len_b - len_a)
+    rest = excess - ta - tb
+    return ta + rest // 2, tb + (rest + 1) // 2
+
+
+def _trim(lo: int, hi: int, count: int, rng: random.Random) -> tuple[int, int]:
+    # "We want to sometimes truncate from the front and sometimes from the back to add more
+    # randomness and avoid biases": each removed token is a fair coin, so the number taken from the
+    # front is the number of ones in `count` random bits.
+    if count <= 0:
+        return lo, hi
+    front = rng.getrandbits(count).bit_count()
+    return lo + front, hi - (count - front)
+
+
+def truncate_pair(a: tuple[int, int], b: tuple[int, int], max_num_tokens: int, rng: random.Random):
+    ta, tb = truncation_counts(a[1] - a[0], b[1] - b[0], max_num_tokens)
+    return _trim(a[0], a[1], ta, rng), _trim(b[0], b[1], tb, rng)
+
+
+def random_next_b(pool: Pool, doc_key: int, target_b_length: int, rng: random.Random) -> tuple[int, int]:
+    """Segment B of a random-next pair: sentences from a random start in another document."""
+    # This should rarely go for more than one iteration for large corpora. However, just to be
+    # careful, we try to make sure that the random document is not the same as the document we're
+    # processing.
+    for _ in range(10):
+        r = rng.randint(0, pool.num_docs - 1)
+        if pool.doc_keys[r] != doc_key:
+            break
+    s_lo, s_hi = pool.doc_sent_off[r], pool.doc_sent_off[r + 1]
+    start = rng.randint(s_lo, s_hi - 1)
+    lo = pool.sent_off[start]
+    hi = lo
+    for j in range(start, s_hi):
+        hi = pool.sent_off[j + 1]
+        if hi - lo >= target_b_length:
+            break
+    return lo, hi
+
+
+def document_pairs(sent_off: Sequence[int], doc_key: int, pool: Pool | None, p: PairParams,
+                   rng: random.Random) -> tuple[list[Pair], bool]:
+    """create_instances_from_document: segment pairs of one document; returns (pairs, short target).
+
+    ``sent_off`` are the token offsets of the document's sentences (len = sentences + 1).
+    """
+    max_num_tokens = p.max_num_tokens
+    # We *usually* want to fill up the entire sequence since we are padding to max_seq_length anyway,
+    # so short sequences are generally wasted computation. However, we *sometimes* (short_seq_prob of
+    # the time) want shorter sequences to minimize the mismatch between pre-training and fine-tuning.
+    # The target is a rough target; max_seq_length is the hard limit. As in the original, it is drawn
+    # once per document and dupe round.
+    target = max_num_tokens
+    short = rng.random() < p.short_seq_prob
+    if short:
+        target = rng.randint(2, max_num_tokens)
+    # We DON'T just concatenate all of the tokens from a document into a long sequence and choose an
+    # arbitrary split point because this would make the next sentence prediction task too easy.
+    # Instead, we split the input into segments "A" and "B" at actual sentence boundaries.
+    pairs: list[Pair] = []
+    n_sent = len(sent_off) - 1
+    chunk_start, current_length, i = 0, 0, 0
+    while i < n_sent:
+        current_length += sent_off[i + 1] - sent_off[i]
+        if i == n_sent - 1 or current_length >= target:
+            pair, unused = _chunk_pair(sent_off, chunk_start, i + 1, doc_key, pool, p, target, rng)
+            if pair is not None:
+                pairs.append(pair)
+            # We didn't actually use the unused segments, so we "put them back" so they don't go
+            # to waste (only random-next pairs leave some).
+            i -= unused
+            chunk_start, current_length = i + 1, 0
+        i += 1
+    return pairs, short
+
+
+def _chunk_pair(sent_off, c_lo: int, c_hi: int, doc_key: int, pool: Pool | None, p: PairParams,
+                target: int, rng: random.Random) -> tuple[Pair | None, int]:
+    """One instance from the chunk of sentences [c_lo, c_hi); returns (pair, unused sentences)."""
+    n_chunk = c_hi - c_lo
+    if p.sentence_task == "none":
+        (lo, hi), _ = truncate_pair((sent_off[c_lo], sent_off[c_hi]), (0, 0), p.max_num_tokens, rng)
+        return (lo, hi - lo, 0, 0, -1), 0
+    # a_end is how many sentences of the chunk go into the A (first) segment.
+    a_end = 1 if n_chunk == 1 else rng.randint(1, n_chunk - 1)
+    a = (sent_off[c_lo], sent_off[c_lo + a_end])
+    unused = 0
+    if p.sentence_task == "nsp":
+        if n_chunk == 1 or rng.random() < 0.5:
+            label = 1  # random next
+            b = random_next_b(pool, doc_key, target - (a[1] - a[0]), rng)
+            unused = n_chunk - a_end
+        else:
+            label = 0
+            b = (a[1], sent_off[c_hi])
+    else:  # sop: two consecutive segments of this document, swapped half of the time
+        if n_chunk == 1:
+            # One sentence alone: split it at a random token (ALBERT falls back to a random
+            # document here, which would leak NSP into SOP); a 1-token sentence gives no pair.
+            lo, hi = a
+            if hi - lo < 2:
+                return None, 0
+            cut = rng.randint(lo + 1, hi - 1)
+            a, b = (lo, cut), (cut, hi)
+        else:
+            b = (a[1], sent_off[c_hi])
+        label = 0
+        if rng.random() < 0.5:
+            a, b, label = b, a, 1
+    a, b = truncate_pair(a, b, p.max_num_tokens, rng)
+    assert a[1] > a[0] and b[1] > b[0]
+    return (a[0], a[1] - a[0], b[0], b[1] - b[0], label), unused
+
+
+@dataclass
+class ShardContext:
+    """Everything one worker needs for one shard: its tokens, the pool, the vocab constants."""
+
+    docs: TokenizedDocs
+    pool_docs: TokenizedDocs | None
+    params: PairParams
+    masked_lm_prob: float
+    max_predictions: int
+    vocab_size: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    seed: int
+    shard: int
+    is_cont_V: np.ndarray | None = None  # whole-word masking: True for ## pieces
+    all_ids_T: np.ndarray = field(init=False)
+    pool: Pool | None = field(init=False)
+    special_base: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        # One token array: shard tokens, then pool tokens, then [CLS] and [SEP]; every range of
+        # every instance points into it, and an index >= special_base marks a special token.
+        pool_ids = self.pool_docs.ids_T if self.pool_docs is not None else np.zeros(0, np.int32)
+        base = len(self.docs.ids_T)
+        self.all_ids_T = np.concatenate([self.docs.ids_T, pool_ids, [self.cls_id, self.sep_id]]).astype(np.int32)
+        self.special_base = base + len(pool_ids)
+        self.pool = None
+        if self.pool_docs is not None and self.pool_docs.num_docs:
+            self.pool = Pool((self.pool_docs.sent_off_S1 + base).tolist(),
+                             self.pool_docs.doc_sent_off_D1.tolist(), self.pool_docs.doc_keys_D.tolist())
+        if self.params.sentence_task == "nsp" and self.pool is None:
+            raise ValueError("sentence_task nsp needs a non-empty random-next pool")
+
+
+def round_pairs(ctx: ShardContext, round_index: int) -> tuple[list[Pair], int, int, int]:
+    """Pairs of every document of the shard for one dupe round; also (docs, short docs, short pairs)."""
+    d = ctx.docs
+    sent_off = d.sent_off_S1.tolist()
+    doc_off = d.doc_sent_off_D1.tolist()
+    keys = d.doc_keys_D.tolist()
+    pairs: list[Pair] = []
+    n_docs = n_short = n_short_pairs = 0
+    for doc in range(d.num_docs):
+        s_lo, s_hi = doc_off[doc], doc_off[doc + 1]
+        if s_hi == s_lo:
+            continue
+        rng = random.Random(derive_seed(ctx.seed, ctx.shard, round_index, doc))
+        got, short = document_pairs(sent_off[s_lo:s_hi + 1], keys[doc], ctx.pool, ctx.params, rng)
+        pairs.extend(got)
+        n_docs += 1
+        n_short += short
+        n_short_pairs += len(got) if short else 0
+    return pairs, n_docs, n_short, n_short_pairs
+
+
+def _gather_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for every (s, n), without a Python loop."""
+    total = int(lens.sum())
+    ends = np.cumsum(lens)
+    return np.repeat(starts - (ends - lens), lens) + np.arange(total)
+
+
+def round_table(ctx: ShardContext, round_index: int) -> tuple[pa.Table, np.ndarray, dict]:
+    """All instances of one shard for one dupe round: (Arrow table, lengths_N, stats)."""
+    pairs, n_docs, n_short, n_short_pairs = round_pairs(ctx, round_index)
+    rng = np.random.Generator(np.random.PCG64(derive_seed(ctx.seed, ctx.shard, round_index, "mask")))
+    N = len(pairs)
+    # The original shuffles all instances; we shuffle within the round (the loader shuffles across).
+    arr = np.asarray(pairs, dtype=np.int64).reshape(N, 5)[rng.permutation(N)]
+    a_lo, a_len, b_lo, b_len, label = arr.T
+    has_b = (b_len > 0).astype(np.int64)
+    cls_at, sep_at = ctx.special_base, ctx.special_base + 1
+    # Five ranges per instance: [CLS], A, [SEP], B, [SEP] (B and its [SEP] empty without a B).
+    starts_N5 = np.stack([np.full(N, cls_at), a_lo, np.full(N, sep_at), b_lo, np.full(N, sep_at)], 1)
+    lens_N5 = np.stack([np.ones(N, np.int64), a_len, np.ones(N, np.int64), b_len, has_b], 1)
+    idx_T = _gather_ranges(starts_N5.ravel(), lens_N5.ravel())
+    ids_T = ctx.all_ids_T[idx_T]
+    len_N = lens_N5.sum(1)
+    offsets_N1 = np.zeros(N + 1, dtype=np.int64)
+    np.cumsum(len_N, out=offsets_N1[1:])
+    is_cont_T = ctx.is_cont_V[ids_T] if ctx.is_cont_V is not None else None
+    mb = mask_batch(ids_T, offsets_N1, idx_T >= ctx.special_base, ctx.masked_lm_prob,
+                    ctx.max_predictions, ctx.vocab_size, ctx.mask_id, rng, is_cont_T)
+    tok = pa.uint16() if ctx.vocab_size <= 65536 else pa.uint32()
+    np_tok = np.uint16 if ctx.vocab_size <= 65536 else np.uint32
+    off32, poff32 = offsets_N1.astype(np.int32), mb.pred_offsets_N1.astype(np.int32)
+    table = pa.table({
+        "input_ids": pa.ListArray.from_arrays(off32, pa.array(mb.input_ids_T.astype(np_tok), tok)),
+        "segment_a_len": pa.array((a_len + 2).astype(np.uint16), pa.uint16()),
+        "masked_positions": pa.ListArray.from_arrays(poff32, pa.array(mb.positions_M.astype(np.uint16))),
+        "masked_ids": pa.ListArray.from_arrays(poff32, pa.array(mb.labels_M.astype(np_tok), tok)),
+        "nsp_label": pa.array(label.astype(np.int8), pa.int8()),
+    })
+    stats = new_stats()
+    stats.update(instances=N, doc_rounds=n_docs, short_target_doc_rounds=n_short,
+                 short_target_instances=n_short_pairs, tokens=int(len_N.sum()))
+    add_counts(stats["length"], len_N)
+    add_counts(stats["nsp_label"], label)
+    add_counts(stats["predictions"], np.diff(mb.pred_offsets_N1))
+    dec = np.bincount(mb.decisions_M, minlength=3)
+    stats["replacements"] = {"mask": int(dec[MASK]), "random": int(dec[RANDOM]), "keep": int(dec[KEEP])}
+    return table, len_N, stats
+
+
+# ---- reading instances back as text (``bertflow data inspect``) ----
+
+LABEL_NAMES = {"nsp": {0: "is next", 1: "random next"}, "sop": {0: "in order", 1: "swapped"},
+               "none": {-1: "no sentence task"}}
+
+
+def format_instance(row: dict, vocab: Sequence[str], sentence_task: str = "nsp") -> str:
+    """One instance as text: masked positions shown as ``{shown|label}`` (e.g. ``{[MASK]|cat}``)."""
+    labels = dict(zip(row["masked_positions"], row["masked_ids"]))
+    words = []
+    for pos, tid in enumerate(row["input_ids"]):
+        if pos == row["segment_a_len"] and pos < len(row["input_ids"]):
+            words.append("|")  # segment boundary marker (token types switch to 1 here)
+        shown = vocab[tid] if tid < len(vocab) else f"<{tid}>"
+        words.append(f"{{{shown}|{vocab[labels[pos]]}}}" if pos in labels else shown)
+    lab = row["nsp_label"]
+    name = LABEL_NAMES.get(sentence_task, {}).get(lab, str(lab))
+    head = (f"length={len(row['input_ids'])} segment_a_len={row['segment_a_len']} "
+            f"predictions={len(labels)} label={lab} ({name})")
+    return head + "\n" + " ".join(words)
+
+
+def decode_examples(dataset_dir, n: int = 3) -> list[str]:
+    """The first ``n`` instances of an instances dataset decoded back to text, with [MASK]s shown."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from data_jobs.common import UserError
+    from data_jobs.schema import Manifest
+    from data_jobs.tokenization import read_vocab
+
+    d = Path(dataset_dir)
+    m = Manifest.read(d)
+    if m.kind != "instances":
+        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected instances")
+    vocab = read_vocab(m.totals["vocab_file"])
+    task = m.totals.get("sentence_task", "nsp")
+    out: list[str] = []
+    for entry in m.files:
+        if len(out) >= n:
+            break
+        for batch in pq.ParquetFile(d / entry.name).iter_batches(batch_size=n - len(out)):
+            out.extend(format_instance(r, vocab, task) for r in batch.to_pylist())
+            break
+    return out

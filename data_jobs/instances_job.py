@@ -1,0 +1,321 @@
+"""Ray job: document shards -> static MLM/NSP instances (Parquet, binned by sequence length).
+
+    python -m data_jobs.instances_job --shards-dir S --vocab-dir V --output-dir O [--config FILE.yaml]
+    bertflow data instances ...            (same flags)
+    ray job submit -- python -m data_jobs.instances_job ...
+
+Two stages of plain Ray tasks, one task per document shard (no algorithm lives here):
+  1. pool: every shard contributes a fixed, seed-determined sample of its documents to the corpus-wide
+     random-next pool (put once into the object store, read by every worker). Random-next segments
+     therefore come from across the corpus, not only the worker's own shard, and the pool depends on
+     (shards, seed) only, never on the number of workers.
+  2. instances: each task tokenizes its shard once, runs ``dupe_factor`` rounds of
+     ``instances.round_table`` and writes ``part-{shard:05d}-len{upper:04d}.parquet`` files (atomic
+     rename), then a ``part-{shard:05d}.done.json`` record with their checksums and statistics.
+A rerun reuses every shard whose record matches (config, vocab, input) and whose files verify. The
+manifest is written last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from data_jobs.common import UserError, build_config, load_config, run_main, stable_hash, write_json_atomic
+from data_jobs.config import InstancesConfig
+from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
+from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
+
+POOL_WINDOW_FACTOR = 8  # pool documents longer than this many max_seq_lengths enter as a window
+
+
+def part_name(shard: int, upper: int) -> str:
+    return f"part-{shard:05d}-len{upper:04d}.parquet"
+
+
+def done_name(shard: int) -> str:
+    return f"part-{shard:05d}.done.json"
+
+
+# ---------------------------------------------------------------- worker side (pure but for files)
+
+def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["sentences"])
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
+    if rows is not None:
+        table = table.take(rows)
+    return table.column("sentences").to_pylist()
+
+
+def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, seed: int,
+                    max_seq_length: int, vocab_file: str, lowercase: bool):
+    """This shard's contribution to the random-next pool: a seeded sample of its documents."""
+    from data_jobs.instances import derive_seed, tokenize_documents, window_documents
+
+    rng = random.Random(derive_seed(seed, "pool", shard))
+    rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
+    docs = _read_documents(shard_path, rows)
+    tok = wordpiece_tokenizer(vocab_file, lowercase)
+    td = tokenize_documents(tok, docs, [(shard << 32) | r for r in rows])
+    return window_documents(td, POOL_WINDOW_FACTOR * max_seq_length, rng)
+
+
+def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict, out_dir: str,
+                  key: dict) -> dict:
+    """Make and write all instances of one shard; returns its done record (also written to disk)."""
+    import pyarrow.parquet as pq
+
+    from data_jobs.common import atomic_path
+    from data_jobs.instance_stats import merge_stats, new_stats
+    from data_jobs.instances import PairParams, ShardContext, round_table, tokenize_documents
+
+    cfg = InstancesConfig.model_validate(cfg_json)
+    docs = _read_documents(shard_path)
+    tok = wordpiece_tokenizer(vocab["vocab_file"], vocab["lowercase"])
+    td = tokenize_documents(tok, docs, [(shard << 32) | i for i in range(len(docs))])
+    del docs
+    is_cont = None
+    if cfg.whole_word_masking:
+        is_cont = np.array([t.startswith("##") for t in read_vocab(vocab["vocab_file"])])
+    ctx = ShardContext(
+        td, pool, PairParams(cfg.max_seq_length, cfg.short_seq_prob, cfg.sentence_task), cfg.masked_lm_prob,
+        cfg.max_predictions_per_seq, vocab["vocab_size"], vocab["cls_id"], vocab["sep_id"], vocab["mask_id"],
+        cfg.seed, shard, is_cont,
+    )
+    schema = instances_schema(vocab["vocab_size"])
+    out = Path(out_dir)
+    stats = new_stats()
+    rows: dict[int, int] = {}
+    writers: dict[int, Any] = {}
+
+    with ExitStack() as stack:
+        try:
+            for r in range(cfg.dupe_factor):
+                table, len_N, round_stats = round_table(ctx, r)
+                stats = merge_stats(stats, round_stats)
+                upper_N = np.minimum(-(-len_N // cfg.length_bin_size) * cfg.length_bin_size, cfg.max_seq_length)
+                for upper in np.unique(upper_N).tolist():
+                    if upper not in writers:
+                        tmp = stack.enter_context(atomic_path(out / part_name(shard, upper)))
+                        writers[upper] = pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False,
+                                                          write_statistics=False)
+                    part = table.take(np.flatnonzero(upper_N == upper)).cast(schema)
+                    writers[upper].write_table(part)
+                    rows[upper] = rows.get(upper, 0) + part.num_rows
+        finally:
+            for w in writers.values():
+                w.close()
+    files = [file_entry(out / part_name(shard, u), rows[u], shard=shard, bin=u).model_dump() for u in sorted(rows)]
+    record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats}
+    write_json_atomic(out / done_name(shard), record)
+    return record
+
+
+# ---------------------------------------------------------------- driver side
+
+def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
+    d = Path(shards_dir)
+    if not d.is_dir():
+        raise UserError(f"{d}: shards directory not found")
+    m = Manifest.read(d)
+    if m.kind != "documents":
+        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected document shards")
+    problems = m.verify_files(d, deep=False)
+    if problems:
+        raise UserError(problems[0])
+    files = sorted(m.files, key=lambda f: f.name)
+    return m, files, stable_hash(m.model_dump(mode="json"))
+
+
+def _check_output(out: Path, cfg: InstancesConfig, vocab: VocabInfo) -> Manifest | None:
+    """The existing manifest if it is this exact result; UserError if the directory is someone else's."""
+    if not (out / MANIFEST_NAME).is_file():
+        for rec in sorted(out.glob("part-*.done.json")):
+            key = json.loads(rec.read_text()).get("key", {})
+            if key.get("config_hash") != cfg.config_hash():
+                raise UserError(f"{out}: holds partial instances of another config ({rec.name}); "
+                                "use another output_dir or delete it")
+        return None
+    m = Manifest.read(out)
+    if m.kind != "instances" or m.config_hash != cfg.config_hash():
+        raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
+                        f"!= {cfg.config_hash()}); use another output_dir or delete it")
+    if m.vocab_hash != vocab.vocab_hash:
+        raise UserError(f"{out}: was made with another vocab (hash {m.vocab_hash} != {vocab.vocab_hash} of "
+                        f"{vocab.vocab_file}); use another output_dir or delete it")
+    return m
+
+
+def _reusable(out: Path, shard: int, key: dict) -> dict | None:
+    rec_path = out / done_name(shard)
+    if not rec_path.is_file():
+        return None
+    try:
+        rec = json.loads(rec_path.read_text())
+    except ValueError:
+        return None
+    if rec.get("key") != key:
+        return None
+    probe = Manifest(kind="instances", config={}, config_hash="", files=rec["files"])
+    return None if probe.verify_files(out, deep=True) else rec
+
+
+def run(cfg: InstancesConfig) -> Manifest:
+    """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
+    from tqdm import tqdm
+
+    from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
+
+    _, shard_files, input_hash = _load_shards(cfg.shards_dir)
+    vocab = load_vocab_dir(cfg.vocab_dir)
+    out = Path(cfg.output_dir)
+    existing = _check_output(out, cfg, vocab) if out.is_dir() else None
+    key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
+    if existing is not None and existing.totals.get("input_hash") == input_hash \
+            and not existing.verify_files(out, deep=True):
+        return existing
+    out.mkdir(parents=True, exist_ok=True)
+    shard_paths = [str(Path(cfg.shards_dir) / f.name) for f in shard_files]
+    records: dict[int, dict] = {}
+    for s in range(len(shard_paths)):
+        rec = _reusable(out, s, key)
+        if rec is not None:
+            records[s] = rec
+    todo = [s for s in range(len(shard_paths)) if s not in records]
+    if todo:
+        records.update(_run_ray(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
+    stats = new_stats()
+    files: list[dict] = []
+    documents = 0
+    for s in sorted(records):
+        stats = merge_stats(stats, records[s]["stats"])
+        files.extend(records[s]["files"])
+        documents += records[s]["documents"]
+    totals = {
+        "instances": stats["instances"], "tokens": stats["tokens"], "documents": documents,
+        "shards": len(shard_paths), "vocab_size": vocab.vocab_size, "vocab_file": str(vocab.vocab_file),
+        "lowercase": vocab.lowercase, "max_seq_length": cfg.max_seq_length,
+        "max_predictions_per_seq": cfg.max_predictions_per_seq, "masked_lm_prob": cfg.masked_lm_prob,
+        "dupe_factor": cfg.dupe_factor, "whole_word_masking": cfg.whole_word_masking,
+        "sentence_task": cfg.sentence_task, "length_bin_size": cfg.length_bin_size, "input_hash": input_hash,
+    }
+    manifest = Manifest(
+        kind="instances", config=cfg.model_dump(mode="json"), config_hash=cfg.config_hash(),
+        vocab_hash=vocab.vocab_hash, files=sorted(files, key=lambda f: f["name"]), totals=totals,
+        stats=summarize_stats(stats, cfg.length_bin_size, cfg.max_seq_length),
+    )
+    manifest.write(out)
+    tqdm.write(f"instances: {totals['instances']:,} from {documents:,} documents in {len(files)} files -> {out}")
+    return manifest
+
+
+def _run_ray(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
+    import ray
+
+    from data_jobs.instances import concat_docs
+    from data_jobs.ray_util import ensure_ray
+
+    ensure_ray(cfg.ray_address)
+    pool_ref = None
+    if cfg.sentence_task == "nsp":
+        per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
+        pool_task = ray.remote(num_cpus=1)(build_pool_part)
+        calls = [(lambda s=s, p=p: pool_task.remote(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length,
+                                                    str(vocab.vocab_file), vocab.lowercase))
+                 for s, p in enumerate(shard_paths)]
+        pool_ref = ray.put(concat_docs(_bounded_get(calls, cfg.num_workers, "random-next pool")))
+    vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
+               "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
+    shard_task = ray.remote(num_cpus=1, max_retries=1)(process_shard)
+    cfg_json = cfg.model_dump(mode="json")
+    calls = [(lambda s=s: shard_task.remote(shard_paths[s], s, pool_ref, cfg_json, vocab_d, str(out), key))
+             for s in todo]
+    results = _bounded_get(calls, cfg.num_workers, "instances")
+    return {rec["shard"]: rec for rec in results}
+
+
+def _bounded_get(items: list, limit: int, desc: str) -> list:
+    """Call each submitter with at most ``limit`` tasks in flight (memory: one shard per worker);
+    results in submission order, with a progress bar."""
+    import ray
+    from tqdm import tqdm
+
+    results: list = [None] * len(items)
+    pending: dict = {}
+    nxt = 0
+    with tqdm(total=len(items), desc=desc, unit="shard") as bar:
+        while nxt < len(items) or pending:
+            while nxt < len(items) and len(pending) < limit:
+                pending[items[nxt]()] = nxt
+                nxt += 1
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                results[pending.pop(ref)] = _unwrap(ray, ref)
+                bar.update(1)
+    return results
+
+
+def _unwrap(ray, ref):
+    """ray.get, turning a worker's UserError back into a UserError (one line, no traceback)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, UserError):
+            raise UserError(str(cause)) from None
+        raise
+
+
+# ---------------------------------------------------------------- CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bertflow data instances", description=__doc__.split("\n")[0])
+    p.add_argument("--config", help="YAML file with InstancesConfig keys (flags override it)")
+    p.add_argument("--shards-dir", help="documents dataset (output of the shard job)")
+    p.add_argument("--vocab-dir", help="vocab dataset (output of the vocab job)")
+    p.add_argument("--output-dir", help="directory receiving the instance files and manifest.json")
+    p.add_argument("--max-seq-length", type=int)
+    p.add_argument("--max-predictions-per-seq", type=int)
+    p.add_argument("--masked-lm-prob", type=float)
+    p.add_argument("--dupe-factor", type=int)
+    p.add_argument("--short-seq-prob", type=float)
+    p.add_argument("--whole-word-masking", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--sentence-task", choices=["nsp", "sop", "none"])
+    p.add_argument("--seed", type=int)
+    p.add_argument("--length-bin-size", type=int)
+    p.add_argument("--random-pool-docs", type=int)
+    p.add_argument("--num-workers", type=int, help="parallel Ray tasks (never changes the output)")
+    p.add_argument("--ray-address", help="existing Ray cluster ('auto', 'ray://host:10001'); default: local")
+    return p
+
+
+def config_from_args(argv: Sequence[str] | None) -> InstancesConfig:
+    args = vars(build_parser().parse_args(argv))
+    path = args.pop("config")
+    overrides = {k: v for k, v in args.items() if v is not None}
+    if path:
+        return load_config(InstancesConfig, path, overrides)
+    return build_config(InstancesConfig, overrides, "command line")
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    run(config_from_args(argv))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""Masked-LM predictions for a batch of instances at once, as Google's ``create_masked_lm_predictions``.
+
+Shapes (legend): T = tokens of all instances in the batch, concatenated; N = instances; M = chosen
+(masked) positions in the batch. ``offsets_N1`` holds N + 1 row starts into the flat arrays.
+
+The original shuffles each instance's candidate positions and takes the first ``num_to_predict``.
+Drawing one uniform key per token and taking each instance's ``num_to_predict`` smallest keys is the
+same distribution (a uniformly random subset), and it vectorises: one sort for the whole batch instead
+of a Python loop per token. [CLS] and [SEP] get a key above every draw, so they are never chosen.
+Whole-word masking (the original's ``do_whole_word_mask``) draws one key per *word* (a piece plus its
+``##`` continuations) and keeps the original's greedy rule in a short Python loop per instance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Decision codes of the 80/10/10 rule, also the keys of the replacement counts in the manifest.
+MASK, RANDOM, KEEP = 0, 1, 2
+
+
+def num_to_predict(n_tokens_N: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
+    """``min(max_predictions, max(1, round(n_tokens * masked_lm_prob)))`` per instance.
+
+    ``n_tokens`` counts [CLS]/[SEP] too, as the original does; np.rint rounds half to even like
+    Python 3's round(), so e.g. 30 tokens at 0.15 (4.5) give 4 predictions in both.
+    """
+    k = np.rint(n_tokens_N.astype(np.float64) * masked_lm_prob).astype(np.int64)
+    return np.minimum(max_predictions, np.maximum(1, k))
+
+
+@dataclass
+class MaskedBatch:
+    input_ids_T: np.ndarray  # ids with the replacements applied (what the model sees)
+    positions_M: np.ndarray  # position within its instance, sorted within each instance
+    labels_M: np.ndarray  # the original ids at those positions
+    pred_offsets_N1: np.ndarray  # row starts of each instance's predictions in positions_M
+    decisions_M: np.ndarray  # MASK / RANDOM / KEEP per prediction
+
+
+def _choose_tokens(keys_T, inst_T, offsets_N1, k_N) -> np.ndarray:
+    """Boolean T mask: each instance's k smallest keys (specials carry key 2.0 and lose)."""
+    # One float sort key = instance + key/4: instances stay in order, keys order within them
+    # (a float64 keeps > 30 bits of the key for up to 2**20 instances per batch).
+    order_T = np.argsort(inst_T + keys_T * 0.25)
+    # inst_T is sorted already, so at sorted slot i the rank within the instance is i - row start.
+    rank_T = np.arange(len(inst_T)) - offsets_N1[inst_T]
+    chosen_T = np.zeros(len(keys_T), dtype=bool)
+    chosen_T[order_T[rank_T < k_N[inst_T]]] = True
+    return chosen_T
+
+
+def _choose_whole_words(cand_T, is_cont_T, pos_T, inst_T, k_N, rng) -> np.ndarray:
+    """Whole-word masking: pick words (a piece and its ## continuations) in random order.
+
+    The original appends a ``##`` piece to the previous candidate word whenever one exists, even
+    across the [SEP] between A and B; we keep that quirk. A word that would overshoot the instance's
+    budget is skipped (so an instance can end with fewer predictions, as in the original).
+    """
+    # Position 0 is [CLS] and position 1 the first token of A, so a candidate exists before pos >= 2.
+    starts_T = cand_T & ~(is_cont_T & (pos_T >= 2))
+    group_T = np.cumsum(starts_T) - 1  # word id of every candidate token
+    G = int(starts_T.sum())
+    word_inst_G = inst_T[starts_T]
+    word_size_G = np.bincount(group_T[cand_T], minlength=G)
+    keys_G = rng.random(G)
+    order_G = np.lexsort((keys_G, word_inst_G))
+    chosen_words = np.zeros(G, dtype=bool)
+    inst_of = word_inst_G[order_G].tolist()
+    sizes = word_size_G[order_G].tolist()
+    k_list = k_N.tolist()
+    total, current = 0, -1
+    for j, (i, size) in enumerate(zip(inst_of, sizes)):
+        if i != current:
+            current, total = i, 0
+        if total >= k_list[i] or total + size > k_list[i]:
+            continue
+        total += size
+        chosen_words[order_G[j]] = True
+    chosen_T = np.zeros(len(cand_T), dtype=bool)
+    chosen_T[cand_T] = chosen_words[group_T[cand_T]]
+    return chosen_T
+
+
+def mask_batch(
+    ids_T: np.ndarray,
+    offsets_N1: np.ndarray,
+    special_T: np.ndarray,
+    masked_lm_prob: float,
+    max_predictions: int,
+    vocab_size: int,
+    mask_id: int,
+    rng: np.random.Generator,
+    is_cont_T: np.ndarray | None = None,
+) -> MaskedBatch:
+    """Choose and replace the masked-LM positions of N instances given as one flat array.
+
+    ``special_T`` marks [CLS]/[SEP] (never chosen). ``is_cont_T`` (``##`` pieces) turns on whole-word
+    masking. Replacement: 80% [MASK], 10% a random id drawn from the *whole* vocab (specials and
+    [unusedN] included, as the original draws from ``tokenizer.vocab``), 10% unchanged.
+    """
+    N = len(offsets_N1) - 1
+    len_N = np.diff(offsets_N1)
+    inst_T = np.repeat(np.arange(N), len_N)
+    pos_T = np.arange(len(ids_T)) - np.repeat(offsets_N1[:-1], len_N)
+    cand_T = ~special_T
+    n_cand_N = np.bincount(inst_T[cand_T], minlength=N)
+    # The original stops when it runs out of candidates; only reachable at a high masked_lm_prob.
+    k_N = np.minimum(num_to_predict(len_N, masked_lm_prob, max_predictions), n_cand_N)
+    if is_cont_T is None:
+        keys_T = rng.random(len(ids_T))
+        keys_T[special_T] = 2.0
+        chosen_T = _choose_tokens(keys_T, inst_T, offsets_N1, k_N)
+    else:
+        chosen_T = _choose_whole_words(cand_T, is_cont_T, pos_T, inst_T, k_N, rng)
+    idx_M = np.flatnonzero(chosen_T)  # ascending: grouped by instance, positions sorted
+    M = len(idx_M)
+    u_M = rng.random(M)
+    random_ids_M = rng.integers(0, vocab_size, M)
+    decisions_M = np.where(u_M < 0.8, MASK, np.where(u_M < 0.9, KEEP, RANDOM)).astype(np.int8)
+    out_T = ids_T.copy()
+    labels_M = ids_T[idx_M]
+    out_T[idx_M[decisions_M == MASK]] = mask_id
+    rnd = decisions_M == RANDOM
+    out_T[idx_M[rnd]] = random_ids_M[rnd]
+    pred_offsets_N1 = np.zeros(N + 1, dtype=np.int64)
+    np.cumsum(np.bincount(inst_T[idx_M], minlength=N), out=pred_offsets_N1[1:])
+    return MaskedBatch(out_T, pos_T[idx_M], labels_M, pred_offsets_N1, decisions_M)

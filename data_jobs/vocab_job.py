@@ -1,0 +1,157 @@
+"""Vocab job: train a WordPiece vocabulary over document shards, or adopt an existing ``vocab.txt``.
+
+    python -m data_jobs.vocab_job --shards-dir S --output-dir O [--vocab-size 30522] [--cased]
+    python -m data_jobs.vocab_job --vocab-file bert-base-uncased-vocab.txt --output-dir O
+    bertflow data vocab ...
+
+Output: ``vocab.txt`` (one token per line, line number = id, special tokens first) and a manifest of
+kind "vocab" whose ``vocab_hash`` every downstream manifest records.
+
+Training runs in this one process: the `tokenizers` WordPiece trainer is multi-threaded Rust and
+needs all word counts in one place, so Ray would add nothing but a copy. Sentences are streamed from
+the shards batch by batch (twice: characters, then the trainer), never loaded whole.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from data_jobs.common import UserError, atomic_path, build_config, load_config, run_main
+from data_jobs.config import VocabConfig
+from data_jobs.schema import MANIFEST_NAME, Manifest, file_entry
+from data_jobs.tokenization import SPECIAL_TOKENS, VOCAB_FILE, read_vocab, vocab_info
+
+
+def iter_shard_sentences(shards_dir: str | Path, batch_rows: int = 1024) -> Iterator[list[str]]:
+    """Every sentence of a documents dataset, in shard order, one list per Parquet batch."""
+    import pyarrow.parquet as pq
+
+    d = Path(shards_dir)
+    m = Manifest.read(d)
+    if m.kind != "documents":
+        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected document shards")
+    for entry in sorted(m.files, key=lambda f: f.name):
+        path = d / entry.name
+        if not path.is_file():
+            raise UserError(f"{path}: missing (listed in {d / MANIFEST_NAME})")
+        pf = pq.ParquetFile(path)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=["sentences"]):
+            yield batch.column(0).flatten().to_pylist()
+
+
+def kept_alphabet(cfg: VocabConfig) -> list[str]:
+    """The ``limit_alphabet`` most frequent characters after BERT normalization, ties broken by code
+    point (the trainer breaks them in hash-map order, which differs from run to run)."""
+    from tokenizers.normalizers import BertNormalizer
+
+    norm = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=cfg.lowercase)
+    counts: Counter[str] = Counter()
+    for batch in iter_shard_sentences(cfg.shards_dir):
+        counts.update(norm.normalize_str("\n".join(batch)))
+    chars = [c for c in counts if not c.isspace()]
+    return sorted(sorted(chars, key=lambda c: (-counts[c], c))[: cfg.limit_alphabet])
+
+
+def train_vocab(cfg: VocabConfig, target: Path) -> None:
+    """Train WordPiece over the shards and write ``target`` (vocab.txt), deterministically.
+
+    The `tokenizers` trainer numbers symbols in hash-map order and breaks ties between equally
+    frequent merges by those numbers, so two runs on the same text give different vocabs. Fixing the
+    numbering makes it deterministic: we pass the alphabet ourselves (sorted) and register every
+    ``##c`` continuation character up front, right after the special tokens.
+    """
+    from tokenizers import BertWordPieceTokenizer
+
+    missing = [s for s in SPECIAL_TOKENS if s not in cfg.special_tokens]
+    if missing:
+        raise UserError(f"special_tokens: must include {' '.join(missing)}")
+    alphabet = kept_alphabet(cfg)
+    if not alphabet:
+        raise UserError(f"{cfg.shards_dir}: no text to train a vocab on")
+    tok = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                 lowercase=cfg.lowercase)
+    tok.train_from_iterator(
+        iter_shard_sentences(cfg.shards_dir),
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        limit_alphabet=len(alphabet),
+        initial_alphabet=alphabet,
+        special_tokens=list(cfg.special_tokens) + ["##" + c for c in alphabet],
+        wordpieces_prefix="##",
+        show_progress=False,
+    )
+    vocab = tok.get_vocab()
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    with atomic_path(target) as tmp:
+        tmp.write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+
+
+def run(cfg: VocabConfig) -> Manifest:
+    """Write the vocab dataset of ``cfg`` (skipped when an identical one is already there)."""
+    out = Path(cfg.output_dir)
+    target = out / VOCAB_FILE
+    if (out / MANIFEST_NAME).is_file():
+        m = Manifest.read(out)
+        if m.kind != "vocab" or m.config_hash != cfg.config_hash():
+            raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
+                            f"!= {cfg.config_hash()}); use another output_dir or delete it")
+        if not m.verify_files(out):
+            return m
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.vocab_file:
+        read_vocab(cfg.vocab_file)  # validate before copying
+        with atomic_path(target) as tmp:
+            shutil.copyfile(cfg.vocab_file, tmp)
+    else:
+        if not Path(cfg.shards_dir).is_dir():
+            raise UserError(f"{cfg.shards_dir}: shards directory not found")
+        train_vocab(cfg, target)
+    info = vocab_info(target, cfg.lowercase)
+    manifest = Manifest(
+        kind="vocab",
+        config=cfg.model_dump(mode="json"),
+        config_hash=cfg.config_hash(),
+        vocab_hash=info.vocab_hash,
+        files=[file_entry(target, info.vocab_size)],
+        totals={"vocab_size": info.vocab_size, "lowercase": cfg.lowercase, "vocab_file": str(info.vocab_file),
+                "special_ids": {"[PAD]": info.pad_id, "[UNK]": info.unk_id, "[CLS]": info.cls_id,
+                                "[SEP]": info.sep_id, "[MASK]": info.mask_id},
+                "continuation_pieces": sum(t.startswith("##") for t in info.tokens())},
+    )
+    manifest.write(out)
+    return manifest
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bertflow data vocab", description=__doc__.split("\n")[0])
+    p.add_argument("--config", help="YAML file with VocabConfig keys (flags override it)")
+    p.add_argument("--shards-dir", help="documents dataset to train on")
+    p.add_argument("--output-dir", help="directory receiving vocab.txt and manifest.json")
+    p.add_argument("--vocab-file", help="adopt this existing vocab.txt instead of training")
+    p.add_argument("--vocab-size", type=int, help="target vocabulary size (default 30522)")
+    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="uncased (default) or --no-lowercase for a cased vocab")
+    p.add_argument("--min-frequency", type=int)
+    p.add_argument("--limit-alphabet", type=int)
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    path = args.pop("config")
+    overrides = {k: v for k, v in args.items() if v is not None}
+    cfg = load_config(VocabConfig, path, overrides) if path else build_config(VocabConfig, overrides, "command line")
+    m = run(cfg)
+    print(f"vocab: {m.totals['vocab_size']:,} tokens, hash {m.vocab_hash} -> {Path(cfg.output_dir) / VOCAB_FILE}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
