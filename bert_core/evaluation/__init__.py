@@ -1,0 +1,36 @@
+"""Downstream and intrinsic evaluation: GLUE (nine tasks), SQuAD v1.1, CoNLL-2003 NER (fine-tuning and
+the feature-based BiLSTM), held-out MLM/NSP over checkpoints. Each ``run_*`` fans its jobs out as Ray
+tasks, writes ``results.json`` + ``report.md`` into ``cfg.output_dir`` and returns the results.
+
+Imports are lazy so ``bertflow eval --help`` and the flows layer stay light.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_glue(cfg) -> dict[str, Any]:
+    from bert_core.evaluation.glue_eval import run_glue as _run
+
+    return _run(cfg)
+
+
+def run_squad(cfg) -> dict[str, Any]:
+    from bert_core.evaluation.squad_eval import run_squad as _run
+
+    return _run(cfg)
+
+
+def run_ner(cfg) -> dict[str, Any]:
+    from bert_core.evaluation.ner_eval import run_ner as _run
+
+    return _run(cfg)
+
+
+def run_intrinsic(cfg) -> dict[str, Any]:
+    from bert_core.evaluation.intrinsic import run_intrinsic as _run
+
+    return _run(cfg)
+
+
+__all__ = ["run_glue", "run_squad", "run_ner", "run_intrinsic"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from data_jobs.common import UserError, sha256_file
+from data_jobs.common import UserError
+from data_jobs.tokenization import read_vocab, vocab_hash
 from bert_core.evaluation.config import EvalBase
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -43,7 +44,7 @@ def resolve_vocab(cfg: EvalBase, model_vocab: Optional[str]) -> str:
     if cfg.vocab_file:
         if not Path(cfg.vocab_file).is_file():
             raise UserError(f"{cfg.vocab_file}: vocab file not found")
-        if model_vocab and sha256_file(cfg.vocab_file) != sha256_file(model_vocab):
+        if model_vocab and vocab_hash(cfg.vocab_file) != vocab_hash(model_vocab):
             raise UserError(
                 f"{cfg.vocab_file}: task tokenizer vocab differs from the model's vocab {model_vocab} "
                 "(token ids would not match the embeddings)"
@@ -55,8 +56,7 @@ def resolve_vocab(cfg: EvalBase, model_vocab: Optional[str]) -> str:
 
 
 def check_vocab_size(vocab_file: str, model_config) -> None:
-    with open(vocab_file, encoding="utf-8") as f:
-        n = sum(1 for _ in f)
+    n = len(read_vocab(vocab_file))
     if n > model_config.vocab_size:
         raise UserError(f"{vocab_file}: {n} tokens but the model embeds only {model_config.vocab_size}")
 

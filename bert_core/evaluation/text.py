@@ -6,37 +6,16 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-from data_jobs.common import UserError
+from data_jobs.tokenization import wordpiece_tokenizer
 
 
-def read_vocab(path: str) -> dict[str, int]:
-    with open(path, encoding="utf-8") as f:
-        return {line.rstrip("\n"): i for i, line in enumerate(f)}
-
-
-def bert_tokenizer(vocab_file: str, lowercase: bool) -> Tokenizer:
-    """The original BERT tokenizer (basic + WordPiece) as a fast ``tokenizers.Tokenizer``."""
-    vocab = read_vocab(vocab_file)
-    missing = [t for t in ("[CLS]", "[SEP]", "[UNK]", "[PAD]") if t not in vocab]
-    if missing:
-        raise UserError(f"{vocab_file}: vocab lacks special tokens {missing}")
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    return tok
+def bert_tokenizer(vocab_file: str, lowercase: bool):
+    """The original BERT tokenizer (basic + WordPiece) with the [CLS]/[SEP] template and token types."""
+    return wordpiece_tokenizer(vocab_file, lowercase, with_post_processor=True)
 
 
 def encode_texts(
-    tok: Tokenizer, texts_a: Sequence[str], texts_b: Optional[Sequence[Optional[str]]], max_len: int
+    tok, texts_a: Sequence[str], texts_b: Optional[Sequence[Optional[str]]], max_len: int
 ) -> dict:
     """Padded LongTensors input_ids/token_type_ids/attention_mask [N, S].
 

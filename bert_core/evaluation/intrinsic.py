@@ -1,0 +1,158 @@
+"""Intrinsic evaluation: masked-LM accuracy and perplexity and NSP/SOP accuracy on a held-out instance
+dataset, for every saved checkpoint of a pretraining run (one Ray task per checkpoint) -> a curve.
+
+Averages are per masked token for MLM (as the loss) and per sentence-task row for NSP, summed over the
+whole held-out set before dividing, so batch boundaries do not change the result. Perplexity is
+exp(mean MLM cross-entropy). Batches take the held-out rows in dataset order (the first
+``max_batches * batch_size`` rows), sorted by length only to save padding.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from data_jobs.common import UserError
+from bert_core.evaluation.config import IntrinsicConfig
+from bert_core.evaluation.report import write_results
+from bert_core.evaluation.runner import run_jobs, worker_threads
+
+
+def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
+    """(step, path) of every complete checkpoint of a run dir, or of the one model given."""
+    from bert_core.checkpoint import CheckpointManager, is_complete, step_of
+
+    path = Path(cfg.model_path)
+    if not path.exists():
+        raise UserError(f"{path}: model path not found")
+    if (path / "checkpoints").is_dir():
+        found = CheckpointManager(path).all()
+        if not found:
+            raise UserError(f"{path}: run directory holds no complete checkpoint")
+        return [(step_of(p), str(p)) for p in (found if cfg.all_checkpoints else found[-1:])]
+    if is_complete(path):
+        return [(int(json.loads((path / "trainer_state.json").read_text()).get("step", 0)), str(path))]
+    return [(0, str(path))]  # a Hugging Face directory: no training step
+
+
+def _check_data(dataset, model_config, vocab_file) -> None:
+    from data_jobs.tokenization import vocab_hash
+
+    dataset.check_model(model_config)
+    if dataset.vocab_hash and vocab_file and Path(vocab_file).is_file() and vocab_hash(vocab_file) != dataset.vocab_hash:
+        raise UserError(
+            f"{dataset.dir}: instances were made with another vocab (hash {dataset.vocab_hash}) "
+            f"than the model's {vocab_file} ({vocab_hash(vocab_file)})"
+        )
+
+
+def batches_of(dataset, batch_size: int, max_batches):
+    """Row-index batches over the first max_batches*batch_size rows, grouped by length."""
+    import numpy as np
+
+    n = len(dataset) if max_batches is None else min(len(dataset), max_batches * batch_size)
+    order = np.argsort(dataset.lengths[:n], kind="stable")
+    return [order[lo : lo + batch_size] for lo in range(0, n, batch_size)]
+
+
+def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
+    """Score one checkpoint on the held-out instances; returns one curve point."""
+    import torch
+
+    from bert_core.checkpoint import load_model_from_checkpoint
+    from bert_core.evaluation.modeling import device_for, load_pretrained
+    from bert_core.loader import InstanceDataset
+    from bert_core.losses import NO_SENTENCE_TASK, pretraining_loss
+
+    cfg = IntrinsicConfig.model_validate(cfg_data)
+    worker_threads(cfg.threads_per_task)
+    if Path(checkpoint) == Path(cfg.model_path):
+        model, model_config, vocab = load_pretrained(cfg)
+    else:
+        model, model_config, vocab = load_model_from_checkpoint(checkpoint)
+    if cfg.random_init:
+        torch.manual_seed(0)
+        model = type(model)(model_config)
+    dataset = InstanceDataset(cfg.instances_dir)
+    _check_data(dataset, model_config, cfg.vocab_file or vocab)
+    device = device_for(cfg)
+    model.to(device).eval()
+    sums = {"mlm_loss": 0.0, "mlm_hits": 0.0, "mlm_count": 0, "nsp_hits": 0.0, "nsp_count": 0}
+    with torch.no_grad():
+        for rows in batches_of(dataset, cfg.batch_size, cfg.max_batches):
+            b = {k: v.to(device) for k, v in dataset.collate(rows, int(dataset.lengths[rows].max())).items()}
+            out = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["mlm_positions"])
+            loss = pretraining_loss(out.mlm_logits, out.nsp_logits_B2, b["mlm_labels"], b["nsp_labels"])
+            m = int(loss.mlm_count)
+            n_nsp = int((b["nsp_labels"] != NO_SENTENCE_TASK).sum())
+            sums["mlm_loss"] += float(loss.mlm_loss) * m
+            sums["mlm_hits"] += float(loss.mlm_acc) * m
+            sums["mlm_count"] += m
+            sums["nsp_hits"] += float(loss.nsp_acc) * n_nsp
+            sums["nsp_count"] += n_nsp
+    if not sums["mlm_count"]:
+        raise UserError(f"{cfg.instances_dir}: no masked tokens to score")
+    mean_loss = sums["mlm_loss"] / sums["mlm_count"]
+    return {
+        "step": step,
+        "checkpoint": checkpoint,
+        "mlm_loss": mean_loss,
+        "mlm_perplexity": math.exp(min(mean_loss, 700.0)),
+        "mlm_acc": sums["mlm_hits"] / sums["mlm_count"],
+        "nsp_acc": sums["nsp_hits"] / max(1, sums["nsp_count"]),
+        "mlm_count": sums["mlm_count"],
+        "nsp_count": sums["nsp_count"],
+    }
+
+
+def plot_curve(curve: list[dict], path: Path) -> None:
+    """curve.png: MLM/NSP accuracy and MLM perplexity against the training step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from data_jobs.common import atomic_path
+
+    steps = [p["step"] for p in curve]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    ax1.plot(steps, [p["mlm_acc"] for p in curve], "o-", label="MLM accuracy")
+    ax1.plot(steps, [p["nsp_acc"] for p in curve], "s-", label="NSP accuracy")
+    ax1.set_xlabel("step")
+    ax1.legend()
+    ax2.plot(steps, [p["mlm_perplexity"] for p in curve], "o-")
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("MLM perplexity")
+    ax2.set_yscale("log")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def run_intrinsic(cfg: IntrinsicConfig) -> dict:
+    """Score every checkpoint as a Ray task; writes results.json, report.md and curve.png."""
+    from bert_core.loader import InstanceDataset
+
+    points = checkpoints_of(cfg)
+    InstanceDataset(cfg.instances_dir)  # fail fast on a missing or damaged dataset
+    cfg_data = cfg.model_dump(mode="json")
+    curve = run_jobs(intrinsic_job, [(cfg_data, s, p) for s, p in points], cfg, desc="intrinsic")
+    curve.sort(key=lambda p: p["step"])
+    last = curve[-1]
+    results = {
+        "evaluation": "intrinsic",
+        "model_path": cfg.model_path,
+        "random_init": cfg.random_init,
+        "config": cfg_data,
+        "curve": curve,
+        "tasks": {
+            name: {"metric": metric, "best_lr": None, "mean": last[metric], "std": 0.0, "seeds": [],
+                   "metrics": {}}
+            for name, metric in (("MLM (last checkpoint)", "mlm_acc"), ("MLM perplexity (last checkpoint)",
+                                 "mlm_perplexity"), ("NSP (last checkpoint)", "nsp_acc"))
+        },
+    }
+    plot_curve(curve, Path(cfg.output_dir) / "curve.png")
+    write_results(cfg.output_dir, results)
+    return results
