@@ -148,7 +148,8 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
             if step % config.save_every == 0 or step == config.max_steps:
                 state = {"step": step, "tokens_seen": logger.tokens_seen, "loader": loader.state_dict(),
                          "engine": config.engine, "zero_stage": config.zero_stage,
-                         "world_size": world.world_size, "vocab_hash": dataset.vocab_hash}
+                         "world_size": world.world_size, "vocab_hash": dataset.vocab_hash,
+                         "lowercase": bool(dataset.manifest.totals.get("lowercase", True))}
                 last = ckpt.save(step, engine, state, files)
     finally:
         logger.close()

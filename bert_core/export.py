@@ -1,0 +1,85 @@
+"""``bertflow export`` (checkpoint -> Hugging Face BERT dir) and ``bertflow import`` (HF dir -> run dir).
+
+Export consolidates ZeRO-2/3 shards into fp32 weights (DeepSpeed's get_fp32_state_dict_from_zero_checkpoint)
+and writes them with ``bert_core.hf.save_hf``: one copy of the tied decoder/embedding matrix in
+safetensors, which ``transformers.BertForPreTraining.from_pretrained`` re-ties on load. (DeepSpeed's own
+``zero_to_fp32 --safe_serialization`` fails on the tied weights.)
+
+Import writes a weights-only checkpoint (step 0) into a new run directory, usable as ``init_from``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
+from bert_core.hf import load_hf, save_hf
+from data_jobs.common import UserError, run_main
+
+
+def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write the (latest) checkpoint's model as an HF directory; returns ``out_dir``."""
+    model, mc, vocab = load_model_from_checkpoint(checkpoint_or_run_dir)
+    if not Path(vocab).is_file():
+        raise UserError(f"{checkpoint_or_run_dir}: checkpoint has no vocab.txt to export with the weights")
+    lowercase = True
+    ckpt = resolve_checkpoint(checkpoint_or_run_dir)
+    if (ckpt / "trainer_state.json").is_file():
+        lowercase = bool(read_state(ckpt).get("lowercase", True))
+    return save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
+
+
+class _WeightsOnly:
+    """The torch engine's on-disk layout, model only (no optimizer: an import starts no schedule)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def save(self, directory: Path, client_state: dict[str, Any]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(self.model.state_dict(), directory / "model.pt")
+
+
+def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
+    """An HF BERT directory -> ``run_dir/checkpoints/step_00000000`` (weights, config, vocab)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "checkpoints").exists():
+        raise UserError(f"--out: {run_dir} already holds checkpoints; choose a new run directory")
+    model, mc, vocab = load_hf(hf_dir)
+    state = {"step": 0, "engine": "torch", "zero_stage": 0, "weights_only": True, "vocab_hash": None,
+             "imported_from": str(Path(hf_dir).resolve())}
+    tok_cfg = Path(hf_dir) / "tokenizer_config.json"
+    if tok_cfg.is_file():
+        state["lowercase"] = bool(json.loads(tok_cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+    files: dict[str, Any] = {"model_config.json": mc.model_dump(mode="json"), "vocab.txt": Path(vocab)}
+    return CheckpointManager(run_dir, keep_last=1).save(0, _WeightsOnly(model), state, files)
+
+
+def _export(argv: Sequence[str] | None) -> int:
+    p = argparse.ArgumentParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
+    p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
+    p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
+    args = p.parse_args(argv)
+    print(export_checkpoint(args.checkpoint, args.out))
+    return 0
+
+
+def _import(argv: Sequence[str] | None) -> int:
+    p = argparse.ArgumentParser(prog="bertflow import", description="Import a Hugging Face BERT directory as a run dir.")
+    p.add_argument("--hf-dir", required=True, help="HF BERT directory (config.json, weights, vocab.txt)")
+    p.add_argument("--out", required=True, help="new run directory (usable as init_from)")
+    args = p.parse_args(argv)
+    print(import_hf(args.hf_dir, args.out))
+    return 0
+
+
+def main_export(argv: Sequence[str] | None = None) -> int:
+    return run_main(_export, argv)
+
+
+def main_import(argv: Sequence[str] | None = None) -> int:
+    return run_main(_import, argv)
