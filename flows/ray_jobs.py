@@ -8,7 +8,8 @@ resubmitted under the next id (``...-r1``, ``-r2``): Ray never reuses a submissi
 The job runs ``python -m data_jobs.<job> --config <yaml>``; the YAML lives beside the stage's output
 (the cluster must see the same file system, as it must to write the output at all) and carries
 ``ray_address: auto`` so the job's driver joins the cluster it was submitted to instead of starting
-a private one. Ray 2.60 authenticates clients with a token: set ``RAY_AUTH_MODE=token`` and
+a private one. No job-level runtime_env is set: the data jobs set their workers' environment in
+``ray.init`` (``data_jobs.ray_util``), and Ray refuses to merge two that name the same variables. Ray 2.60 authenticates clients with a token: set ``RAY_AUTH_MODE=token`` and
 ``RAY_AUTH_TOKEN`` (or ``~/.ray/auth_token``) as on the cluster's nodes.
 """
 from __future__ import annotations
@@ -104,13 +105,14 @@ def submit_or_attach(
             client.submit_job(
                 entrypoint=entrypoint,
                 submission_id=sid,
-                runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}},
                 metadata={"bertflow_stage": job, "config_hash": chash},
             )
             log(f"submitted ray job {sid}: {entrypoint}")
         status, lines = _follow(client, sid, log, poll_s, timeout_s)
         if status != "SUCCEEDED":
-            raise RuntimeError(f"ray job {sid} ended {status}; see its logs above")
+            info = client.get_job_info(sid)
+            tail = " | ".join(client.get_job_logs(sid).strip().splitlines()[-3:])
+            raise RuntimeError(f"ray job {sid} ended {status}: {info.message or ''} {tail}".strip())
         return JobOutcome(sid, status, attached, lines)
     raise RuntimeError(f"ray job for {job} {chash} failed {MAX_RESUBMITS + 1} times; giving up")
 

@@ -95,13 +95,52 @@ def _run_complete(config) -> Optional[dict]:
     return record if record.get("resume_hash") == config.resume_hash() else None
 
 
-def _has_checkpoint(run_dir: Path) -> bool:
-    from bert_core.checkpoint import latest_checkpoint
+def _launch(config, resume: bool, log):
+    """Train by the config's launcher: this process, Ray Train workers, or a torchrun/deepspeed launch."""
+    from bert_core import train
 
-    try:
-        return latest_checkpoint(run_dir) is not None
-    except UserError:
-        return False
+    if config.launcher == "local":
+        return train.run(config, resume=resume)
+    if config.launcher == "ray":
+        from bert_core.ray_train import launch
+
+        return launch(config, resume=resume)
+    return _launch_subprocess(config, resume, log)
+
+
+def _launch_subprocess(config, resume: bool, log):
+    """``torchrun``/``deepspeed`` starting ``bert_core.train`` ranks (hostfile for multi-node)."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from bert_core import train
+    from bert_core.checkpoint import CheckpointManager
+    from flows.artifacts import read_metrics
+
+    run_dir = Path(config.output_dir)
+    cfg_file = run_dir.parent / f".{run_dir.name}.launch.yaml"
+    cfg_file.parent.mkdir(parents=True, exist_ok=True)
+    cfg_file.write_text(yaml.safe_dump(config.model_dump(mode="json")), encoding="utf-8")
+    script = ["-m", "bert_core.train", "--config", str(cfg_file)] + (["--resume"] if resume else [])
+    bindir = Path(sys.executable).parent
+    if config.launcher == "torchrun":
+        cmd = [str(bindir / "torchrun"), f"--nproc_per_node={config.num_workers}", *script]
+    else:  # deepspeed launcher; on CPU it starts one process unless told the number of accelerators
+        ds = shutil.which("deepspeed", path=str(bindir)) or "deepspeed"
+        cmd = [ds] + (["--hostfile", config.hostfile] if config.hostfile else [f"--num_accelerators={config.num_workers}"])
+        cmd += ["--module", *script[1:]]
+    log.info("launching: " + " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in (proc.stdout + proc.stderr).splitlines()[-200:]:
+        log.info(line)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}")
+    rows = read_metrics(run_dir / train.METRICS_FILE)
+    return train.TrainResult(run_dir, CheckpointManager(run_dir).latest(), run_dir / train.METRICS_FILE,
+                             rows[-1] if rows else {})
 
 
 @task(name="pretrain-phase", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
@@ -112,16 +151,19 @@ def train_phase(phase: str, config: Any) -> dict:
     if done is not None:
         log.info(f"stage train:{phase} already complete (manifest matches), skipping: {config.output_dir}")
         return done
-    from bert_core import train
+    from bert_core.checkpoint import CheckpointManager
+    from bert_core.train import RUN_CONFIG
 
     run_dir = Path(config.output_dir)
-    resume = run_dir.is_dir() and _has_checkpoint(run_dir)
+    # An earlier attempt (killed, crashed, or a failed retry) left its config: continue that run.
+    resume = (run_dir / RUN_CONFIG).is_file()
     if resume:
-        log.info(f"stage train:{phase}: resuming from the last checkpoint in {run_dir}")
+        latest = CheckpointManager(run_dir).latest()
+        log.info(f"stage train:{phase}: resuming {run_dir} from {latest.name if latest else 'the start (no checkpoint yet)'}")
     else:
         log.info(f"stage train:{phase}: starting {config.model} for {config.max_steps} steps -> {run_dir}")
     _maybe_inject_fault(f"train:{phase}", run_dir)
-    result = train.run(config, resume=resume)
+    result = _launch(config, resume, log)
     record = {
         "phase": phase,
         "run_dir": str(result.run_dir),

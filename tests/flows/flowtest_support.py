@@ -1,0 +1,76 @@
+"""Helpers shared by the flow tests (a module of its own: conftest files are not importable)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True):
+    """A pipeline that runs in seconds: a small real corpus, a small vocab, the tiny model."""
+    from flows.config import PipelineConfig
+
+    data = {
+        "output_root": str(root),
+        "shard": {"inputs": [str(corpus)], "num_shards": 2, "num_workers": 2},
+        "vocab": {"vocab_size": 400, "min_frequency": 1},
+        "phases": [
+            {
+                "name": "phase1",
+                "instances": {"max_seq_length": 32, "max_predictions_per_seq": 5, "dupe_factor": 1, "num_workers": 2},
+                "train": {
+                    "model": "tiny", "max_steps": max_steps, "micro_batch_size": 4, "save_every": 2, "log_every": 1,
+                    "tensorboard": False, "max_seq_length": 32, "dropout": 0.0,
+                },
+            }
+        ],
+        "evaluation": {"intrinsic": {"batch_size": 8, "max_batches": 2, "use_ray": False, "show_progress": False}}
+        if intrinsic else {},
+        "orchestration": {"retries": 2, "retry_delay_s": [0.5, 1.0], "train_retries": 1},
+    }
+    return PipelineConfig.model_validate(data)
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} not up after {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen, grace: float = 15) -> None:
+    """Stop a process we started (and its process group, which holds its children)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

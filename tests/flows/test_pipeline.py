@@ -1,0 +1,170 @@
+"""The whole pipeline flow on a small real corpus under Prefect's test harness: outputs, artifacts,
+a stage failing once and succeeding on its retry, a rerun skipping every stage, and a training run
+killed with SIGKILL and resumed from its last checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flowtest_support import tiny_config
+
+pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
+
+STAGES = ("shard", "vocab", "instances", "train:phase1", "export", "eval:intrinsic")
+
+
+def _flow_logs(flow_run_id) -> list[str]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler.flush()
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=1000)
+    return [l.message for l in logs]
+
+
+def _all_run_ids(flow_run_id) -> list:
+    """The run and its subflow runs (stage flows)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id]))
+        )
+    return [flow_run_id] + [c.id for c in children]
+
+
+@pytest.fixture(scope="module")
+def first_run(harness, tmp_path_factory, corpus_file):
+    from flows.pipeline import pretraining_pipeline
+    from flows.tasks import FAULT_ENV
+
+    root = tmp_path_factory.mktemp("pipeline")
+    cfg = tiny_config(root, corpus_file)
+    os.environ[FAULT_ENV] = "vocab"  # the vocab stage fails once with a transient error
+    try:
+        t0 = time.monotonic()
+        state = pretraining_pipeline(cfg, return_state=True)
+        seconds = time.monotonic() - t0
+    finally:
+        os.environ.pop(FAULT_ENV)
+    return {"cfg": cfg, "state": state, "root": root, "seconds": seconds}
+
+
+def test_pipeline_produces_every_output(first_run):
+    from data_jobs.schema import Manifest
+    from flows.config import make_plan
+
+    assert first_run["state"].is_completed(), first_run["state"]
+    result = first_run["state"].result()
+    plan = make_plan(first_run["cfg"])
+    for cfg, kind in ((plan.shard, "documents"), (plan.vocab, "vocab"), (plan.instances["phase1"], "instances")):
+        m = Manifest.read(cfg.output_dir)
+        assert m.kind == kind and m.config_hash == cfg.config_hash()
+        assert not m.verify_files(cfg.output_dir)
+    docs = Manifest.read(plan.shard.output_dir)
+    assert sum(f.rows for f in docs.files) == 3  # sample_text.txt holds three documents
+    rec = result["train"]["phases"]["phase1"]
+    ckpt = Path(rec["last_checkpoint"])
+    assert ckpt.name == "step_00000006" and (ckpt / "COMPLETE").is_file()
+    steps = [json.loads(l)["step"] for l in Path(rec["metrics_file"]).read_text().splitlines()]
+    assert steps[-1] == 6
+    assert (Path(result["train"]["export_dir"]) / "config.json").is_file()
+    intrinsic = result["eval"]["intrinsic"]
+    assert intrinsic and (Path(plan.evals["intrinsic"].output_dir) / "results.json").is_file()
+    png = Path(result["train"]["loss_curve"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = Path(result["summary"]).read_text()
+    assert str(ckpt) in summary and rec["metrics_file"] in summary
+
+
+def test_failed_stage_retried_once(first_run):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    marker = list(Path(first_run["root"], "vocab").glob(".fault-injected-vocab-*"))
+    assert marker, "the injected fault did not fire"
+    ids = _all_run_ids(first_run["state"].state_details.flow_run_id)
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
+    data_runs = [r for r in runs if r.name.startswith("data-job")]
+    assert sorted(r.run_count for r in data_runs)[-1] == 2  # vocab: failed, retried
+    assert all(r.state.is_completed() for r in data_runs)
+    logs = "\n".join(m for i in ids for m in _flow_logs(i))
+    assert "injected transient fault in stage vocab" in logs
+
+
+def test_artifacts_published(first_run):
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    ids = _all_run_ids(first_run["state"].state_details.flow_run_id)
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
+    kinds = {a.key: a.type for a in arts}
+    assert kinds == {
+        "bertflow-data-stats": "table", "bertflow-train-metrics": "table", "bertflow-loss-curve": "image",
+        "bertflow-eval-results": "table", "bertflow-summary": "markdown",
+    }
+    stats = json.loads(next(a.data for a in arts if a.key == "bertflow-data-stats"))
+    assert {row["stage"] for row in stats} >= {"documents", "vocab", "instances:phase1", "instances:heldout"}
+
+
+def test_rerun_skips_every_stage(first_run):
+    from flows.config import make_plan
+    from flows.pipeline import pretraining_pipeline
+
+    plan = make_plan(first_run["cfg"])
+    watched = [Path(plan.shard.output_dir) / "manifest.json", Path(plan.vocab.output_dir) / "manifest.json",
+               Path(plan.train["phase1"].output_dir) / "metrics.jsonl"]
+    before = [p.stat().st_mtime_ns for p in watched]
+    state = pretraining_pipeline(first_run["cfg"], return_state=True)
+    assert state.is_completed()
+    assert [p.stat().st_mtime_ns for p in watched] == before
+    logs = "\n".join(m for i in _all_run_ids(state.state_details.flow_run_id) for m in _flow_logs(i))
+    for stage in STAGES:
+        assert f"stage {stage} already complete (manifest matches), skipping" in logs, stage
+
+
+def test_killed_training_resumes(first_run, harness, tmp_path):
+    """SIGKILL the training stage mid-run (a separate process), then run it again: it continues from
+    the last checkpoint instead of starting over or refusing the existing run directory."""
+    from flows.config import PipelineConfig, make_plan
+    from flows.pipeline import pretrain
+
+    data = first_run["cfg"].model_dump(mode="json")
+    data["phases"][0]["train"].update(max_steps=600, save_every=25, log_every=25)
+    cfg = PipelineConfig.model_validate(data)  # same data stages (skipped), a new run dir
+    run_dir = Path(make_plan(cfg).train["phase1"].output_dir)
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "PREFECT_API_URL": harness}
+    proc = subprocess.Popen([sys.executable, "-m", "flows.pipeline", "--config", str(cfg_file), "--stage", "train"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((run_dir / "checkpoints").glob("step_*/COMPLETE")):
+            assert proc.poll() is None, "training process ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint after 120 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    killed_at = max(int(p.parent.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*/COMPLETE"))
+    assert killed_at < 600 and not (run_dir / "pipeline_complete.json").exists()
+    result = pretrain(cfg)
+    rec = result["phases"]["phase1"]
+    assert rec["resumed"] is True
+    assert Path(rec["last_checkpoint"]).name == "step_00000600"
+    steps = [json.loads(l)["step"] for l in Path(rec["metrics_file"]).read_text().splitlines() if l.strip()]
+    assert steps[-1] == 600 and killed_at in steps

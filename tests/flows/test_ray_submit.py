@@ -1,0 +1,107 @@
+"""A data stage submitted as a Ray Job to a real local Ray head (token authentication on, as Ray 2.60
+ships it): its output checked, its logs streamed, and a second submission of the same stage attaching
+to the running job instead of starting another.
+
+The head runs with ``--block`` in its own process group, so stopping it stops exactly the processes
+it started (``ray stop`` would stop every Ray cluster on the machine). The client side runs in a
+subprocess, so the token mode never leaks into the test process's Ray state.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from flowtest_support import BIN, free_port, stop
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
+
+CLIENT = r"""
+import json, sys, threading, time
+from data_jobs.config import ShardConfig
+from flows.ray_jobs import submit_or_attach, _client
+
+address, corpus, out, cfg_file = sys.argv[1:5]
+cfg = ShardConfig(inputs=[corpus], output_dir=out, num_shards=2, num_workers=1)
+first, lines = {}, []
+t = threading.Thread(target=lambda: first.update(o=submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file),
+                                                 python=sys.executable, log=lines.append, poll_s=0.2)))
+t.start()
+client = _client(address)
+while not client.list_jobs():
+    time.sleep(0.1)
+second = submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file), python=sys.executable,
+                          log=lambda s: None, poll_s=0.2)
+t.join()
+third = submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file), python=sys.executable,
+                         log=lambda s: None, poll_s=0.2)
+jobs = [j.submission_id for j in client.list_jobs()]
+print("RESULT " + json.dumps({"first": first["o"].__dict__, "second": second.__dict__, "third": third.__dict__,
+                              "jobs": jobs, "lines": lines, "hash": cfg.config_hash()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    temp = tempfile.mkdtemp(prefix="rf", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port, dash = free_port(), free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    log = Path(temp) / "head.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+             f"--temp-dir={temp}", "--disable-usage-stats"],
+            env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    address = f"http://127.0.0.1:{dash}"
+    try:
+        _wait_jobs_api(address, proc, env, log)
+        yield {"address": address, "env": env}
+    finally:
+        stop(proc, grace=20)
+
+
+def _wait_jobs_api(address, proc, env, log):
+    """The dashboard answers /api/version only with a token: poll through the SDK in a subprocess."""
+    probe = f"from ray.job_submission import JobSubmissionClient as C; C({address!r}).list_jobs()"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        if subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0:
+            return
+        time.sleep(1)
+    raise TimeoutError(f"Ray jobs API at {address} not up:\n{log.read_text()[-3000:]}")
+
+
+def test_shard_stage_as_ray_job(ray_head, corpus_file, tmp_path):
+    from data_jobs.schema import Manifest
+    from flows.ray_jobs import submission_id
+
+    out = tmp_path / "documents"
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, ray_head["address"], str(corpus_file), str(out), str(tmp_path / "job.yaml")],
+        env=ray_head["env"], capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    sid = submission_id("shard", res["hash"])
+    assert res["first"]["submission_id"] == sid and not res["first"]["attached"]
+    # Submitted again while running, and again when finished: both attach to the same job.
+    assert res["second"]["submission_id"] == sid and res["second"]["attached"]
+    assert res["third"]["submission_id"] == sid and res["third"]["attached"]
+    assert res["jobs"] == [sid]
+    assert all(r["status"] == "SUCCEEDED" for r in (res["first"], res["second"], res["third"]))
+    assert any(line.startswith(f"[{sid}]") for line in res["lines"])  # the job's own log lines came through
+    manifest = Manifest.read(out)
+    assert manifest.kind == "documents" and sum(f.rows for f in manifest.files) == 3
+    assert not manifest.verify_files(out)
