@@ -1,0 +1,153 @@
+"""Loader: manifest checks, rank balance over uneven shards, one bin per batch, exact resume cursor,
+vectorised collation equal to a naive per-row reading of the Parquet rows."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bert_core.config import preset
+from bert_core.loader import BatchLoader, InstanceDataset
+from data_jobs.common import UserError
+from train_helpers import write_dataset
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # three very uneven shards: 150 + 7 + 43 rows
+    return write_dataset(tmp_path_factory.mktemp("loader") / "d", n=200, max_seq=32, file_sizes=[150, 7, 43])
+
+
+@pytest.fixture(scope="module")
+def ds(data):
+    return InstanceDataset(data)
+
+
+def _naive_rows(data):
+    rows = []
+    for f in sorted(data.glob("*.parquet")):
+        rows += pq.read_table(f).to_pylist()
+    return rows
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_every_rank_gets_the_same_batches_count_and_disjoint_rows(ds, world):
+    loaders = [BatchLoader(ds, 4, r, world, seed=3) for r in range(world)]
+    n = loaders[0].batches_per_epoch()
+    assert n > 0 and all(l.batches_per_epoch() == n for l in loaders)
+    seen = []
+    for _ in range(n):
+        rows = [l.next_rows() for l in loaders]
+        assert all(len(r) == 4 for r in rows)
+        step_rows = np.concatenate(rows)
+        assert len(np.unique(ds.bins[step_rows])) == 1  # one length bin per step, across ranks
+        seen.append(step_rows)
+    seen = np.concatenate(seen)
+    assert len(seen) == len(np.unique(seen))  # no row twice in an epoch
+    # at most one partial global batch per bin is left out
+    assert len(ds) - len(seen) < 4 * world * len(np.unique(ds.bins))
+    assert all(l.epoch == 0 and l.index == n for l in loaders)
+    loaders[0].next_rows()
+    assert loaders[0].epoch == 1  # wraps into the next epoch
+
+
+def test_epochs_are_shuffled_deterministically(ds):
+    a, b = BatchLoader(ds, 4, seed=1), BatchLoader(ds, 4, seed=1)
+    assert np.array_equal(a.plan(0), b.plan(0))
+    assert not np.array_equal(a.plan(0), a.plan(1))
+    assert not np.array_equal(a.plan(0), BatchLoader(ds, 4, seed=2).plan(0))
+
+
+def test_cursor_resumes_with_exactly_the_next_batch(ds):
+    ref = BatchLoader(ds, 8, rank=1, world_size=2, seed=5)
+    per_epoch = ref.batches_per_epoch()
+    stream = [next(ref) for _ in range(per_epoch + 5)]  # crosses an epoch boundary
+    cut = per_epoch - 2
+    first = BatchLoader(ds, 8, rank=1, world_size=2, seed=5)
+    for _ in range(cut):
+        next(first)
+    state = json.loads(json.dumps(first.state_dict()))  # survives JSON, as in trainer_state.json
+    resumed = BatchLoader(ds, 8, rank=1, world_size=2, seed=5)
+    resumed.load_state_dict(state)
+    for expected in stream[cut:]:
+        got = next(resumed)
+        assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_cursor_refuses_another_world_size(ds):
+    state = BatchLoader(ds, 4, 0, 2, seed=5).state_dict()
+    with pytest.raises(UserError, match="world_size=2"):
+        BatchLoader(ds, 4, 0, 4, seed=5).load_state_dict(state)
+
+
+def test_collation_matches_a_naive_reading(data, ds):
+    naive = _naive_rows(data)
+    rows = np.array([3, 160, 199, 42])
+    batch = ds.collate(rows, seq_len=32)
+    S = 32
+    for i, r in enumerate(rows):
+        inst = naive[r]
+        n = len(inst["input_ids"])
+        assert batch["input_ids"][i, :n].tolist() == inst["input_ids"]
+        assert batch["input_ids"][i, n:].eq(0).all() and batch["attention_mask"][i].sum() == n
+        types = [0] * inst["segment_a_len"] + [1] * (n - inst["segment_a_len"]) + [0] * (S - n)
+        assert batch["token_type_ids"][i].tolist() == types
+        assert batch["nsp_labels"][i] == inst["nsp_label"]
+    flat = [i * S + p for i, r in enumerate(rows) for p in naive[r]["masked_positions"]]
+    labels = [t for r in rows for t in naive[r]["masked_ids"]]
+    assert batch["mlm_positions"].tolist() == flat and batch["mlm_labels"].tolist() == labels
+    assert all(v.dtype == torch.int64 for v in batch.values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 199), min_size=1, max_size=16))
+def test_masked_labels_are_the_original_tokens(ds, rows):
+    """Property: un-masking input_ids at mlm_positions with mlm_labels gives back ids whose masked
+    slots were [MASK] (id 4) in the fixture."""
+    batch = ds.collate(np.array(rows), seq_len=32)
+    flat = batch["input_ids"].reshape(-1)
+    assert flat[batch["mlm_positions"]].eq(4).all()
+    assert batch["mlm_positions"].max() < flat.numel() and len(batch["mlm_labels"]) == len(batch["mlm_positions"])
+
+
+def test_batches_are_padded_to_the_bin_bound(ds):
+    loader = BatchLoader(ds, 4, seed=0)
+    for _ in range(10):
+        rows = loader.next_rows()
+        S = loader.pad_length(rows)
+        assert S % ds.bin_size == 0 and ds.lengths[rows].max() <= S <= 32
+
+
+def test_manifest_must_match_the_model(ds):
+    mc = preset("tiny", vocab_size=100, max_position_embeddings=64)
+    ds.check_model(mc, vocab_hash=ds.vocab_hash, max_seq_length=32, max_predictions_per_seq=5)
+    cases = [
+        (dict(config=preset("tiny", vocab_size=101)), "vocab_size 100 != model vocab_size 101"),
+        (dict(config=preset("tiny", vocab_size=100, max_position_embeddings=16)), "max_position_embeddings 16"),
+        (dict(config=mc, vocab_hash="0" * 16), "vocab_hash"),
+        (dict(config=mc, max_seq_length=128), "max_seq_length 32 != configured 128"),
+        (dict(config=mc, max_predictions_per_seq=20), "max_predictions_per_seq 5 != configured 20"),
+    ]
+    for kwargs, msg in cases:
+        with pytest.raises(UserError, match=msg):
+            ds.check_model(**kwargs)
+
+
+def test_bad_datasets_are_refused(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        InstanceDataset(tmp_path / "nope")
+    d = write_dataset(tmp_path / "d", n=30)
+    (d / "instances-00001.parquet").write_bytes(b"garbage")
+    with pytest.raises(UserError, match="instances-00001.parquet: size"):
+        InstanceDataset(d)
+    small = write_dataset(tmp_path / "small", n=12, file_sizes=[12])
+    with pytest.raises(UserError, match="too few instances"):
+        BatchLoader(InstanceDataset(small), micro_batch_size=16)
+    (small / "manifest.json").write_text("{not json")
+    with pytest.raises(UserError, match="corrupt manifest"):
+        InstanceDataset(small)
