@@ -140,7 +140,8 @@ def run(config: ShardConfig) -> Manifest:
     if done is not None:
         print(f"shard: {out} already complete for this config and inputs; nothing to do", file=sys.stderr)
         return done
-    ensure_ray(config.ray_address, config.num_workers)
+    # Under `ray job submit` the driver finds its cluster in RAY_ADDRESS: join it, do not start another.
+    ensure_ray(config.ray_address or os.environ.get("RAY_ADDRESS"), config.num_workers)
     work = str(out / WORK)
     n = config.num_shards
     key = f"{chash}:{ihash}"  # done-records of another config or of other inputs are never reused
