@@ -1,0 +1,130 @@
+"""The instances job for real on a local Ray cluster: output format, 1-vs-2-worker byte identity,
+rerun skipping, repair of a damaged output, bad input, the CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_jobs.common import UserError
+from data_jobs.config import InstancesConfig, VocabConfig
+from data_jobs.instances import decode_examples
+from data_jobs.instances_job import main, run
+from data_jobs.schema import Manifest, instances_schema
+from data_jobs import vocab_job
+from instances_helpers import bert_sample_documents, book_documents, write_documents, write_tiny_vocab
+
+pytestmark = [pytest.mark.ray, pytest.mark.shared_data]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, shared_data, bert_uncased_vocab):
+    root = tmp_path_factory.mktemp("inst")
+    docs = bert_sample_documents(shared_data) + book_documents(
+        shared_data / "corpus" / "gutenberg" / "pg1661_sherlock_holmes.txt", max_chars=150_000, paragraphs_per_doc=25)
+    write_documents(root / "shards", docs, num_shards=4)
+    vocab_job.run(VocabConfig(output_dir=str(root / "vocab"), vocab_file=str(bert_uncased_vocab)))
+    return root
+
+
+def _cfg(root, out, **kw):
+    base = dict(shards_dir=str(root / "shards"), vocab_dir=str(root / "vocab"), output_dir=str(root / out),
+                dupe_factor=2, max_seq_length=64, random_pool_docs=64)
+    base.update(kw)
+    return InstancesConfig(**base)
+
+
+def _files(d):
+    return {p.name: p.read_bytes() for p in sorted(d.glob("part-*.parquet"))}
+
+
+def test_one_and_two_workers_give_identical_bytes(ray_local, inputs):
+    m1 = run(_cfg(inputs, "w1", num_workers=1))
+    m2 = run(_cfg(inputs, "w2", num_workers=2))
+    f1, f2 = _files(inputs / "w1"), _files(inputs / "w2")
+    assert f1 and f1 == f2
+    assert m1.stats == m2.stats and m1.files == m2.files and m1.totals == m2.totals
+    # format: the schema, names by shard and length bin, rows within their bin, manifest totals
+    schema = instances_schema(30522)
+    total = 0
+    for entry in m1.files:
+        t = pq.read_table(inputs / "w1" / entry.name)
+        assert t.schema.equals(schema) and t.num_rows == entry.rows
+        upper = entry.meta["bin"]
+        assert entry.name == f"part-{entry.meta['shard']:05d}-len{upper:04d}.parquet"
+        lens = [len(x) for x in t.column("input_ids").to_pylist()]
+        assert max(lens) <= upper and min(lens) > upper - 32
+        total += t.num_rows
+    tot = m1.totals
+    assert total == tot["instances"] > 100 and m1.vocab_hash and tot["vocab_size"] == 30522
+    assert tot["max_seq_length"] == 64 and tot["sentence_task"] == "nsp" and tot["lowercase"] is True
+    assert tot["vocab_file"].endswith("vocab.txt") and tot["max_predictions_per_seq"] == 20
+    st = m1.stats
+    assert sum(st["length_histogram"].values()) == total == sum(st["predictions_histogram"].values())
+    assert set(st["replacement_counts"]) == {"mask", "random", "keep"}
+    assert 0 <= st["short_target_doc_fraction"] <= 1 and 0.3 < st["sentence_label_1_fraction"] < 0.75
+    text = decode_examples(inputs / "w1", n=3)
+    assert len(text) == 3 and all("[CLS]" in t and "{[MASK]|" in t for t in text)
+
+
+def test_rerun_skips_and_repairs(ray_local, inputs):
+    cfg = _cfg(inputs, "rerun", sentence_task="sop", whole_word_masking=True)
+    m = run(cfg)
+    out = inputs / "rerun"
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")}
+    assert run(cfg) == m  # complete and valid: nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")} == before
+    # damage one shard's file and lose the manifest: only that shard is made again, same bytes
+    victim = m.files[0].name
+    good = (out / victim).read_bytes()
+    (out / victim).write_bytes(good[:100])
+    (out / "manifest.json").unlink()
+    m2 = run(cfg.model_copy(update={"num_workers": 1}))
+    assert (out / victim).read_bytes() == good and m2.files == m.files
+    shard = m.files[0].meta["shard"]
+    for name, t in before.items():
+        if not name.startswith(f"part-{shard:05d}"):
+            assert (out / name).stat().st_mtime_ns == t, name
+    assert set(m.stats["sentence_label_counts"]) == {"0", "1"}
+
+
+def test_bad_inputs(ray_local, inputs, tmp_path, capsys):
+    run(_cfg(inputs, "taken", sentence_task="none", dupe_factor=1))
+    with pytest.raises(UserError, match="another config"):
+        run(_cfg(inputs, "taken", sentence_task="none", dupe_factor=2))
+    # same config, but the vocab directory now holds another vocab
+    vdir = tmp_path / "vocab"
+    vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(inputs / "vocab" / "vocab.txt")))
+    cfg = _cfg(inputs, "v", vocab_dir=str(vdir), sentence_task="none", dupe_factor=1)
+    run(cfg)
+    (vdir / "manifest.json").unlink()
+    vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(write_tiny_vocab(tmp_path / "t.txt", ["x"]))))
+    with pytest.raises(UserError, match="another vocab"):
+        run(cfg)
+    # CLI: one line, exit 2, for a missing shards dir, an invalid option and a non-documents dataset
+    capsys.readouterr()
+    args = ["--vocab-dir", str(inputs / "vocab"), "--output-dir", str(tmp_path / "o")]
+    assert main(["--shards-dir", str(tmp_path / "missing")] + args) == 2
+    assert main(["--shards-dir", str(inputs / "shards"), "--max-seq-length", "7"] + args) == 2
+    assert main(["--shards-dir", str(inputs / "shards"), "--masked-lm-prob", "1.5"] + args) == 2
+    assert main(["--shards-dir", str(inputs / "vocab")] + args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(e.startswith("bertflow: error:") for e in err)
+    assert "not found" in err[0] and "max_seq_length" in err[1] and "masked_lm_prob" in err[2]
+    assert "expected document shards" in err[3]
+
+
+def test_cli_config_file_and_module_entry(ray_local, inputs, tmp_path):
+    cfg_file = tmp_path / "inst.yaml"
+    cfg_file.write_text(f"shards_dir: {inputs / 'shards'}\nvocab_dir: {inputs / 'vocab'}\n"
+                        f"output_dir: {tmp_path / 'out'}\nmax_seq_length: 32\ndupe_factor: 1\n")
+    assert main(["--config", str(cfg_file), "--sentence-task", "none", "--num-workers", "2"]) == 0
+    m = Manifest.read(tmp_path / "out")
+    assert m.config["sentence_task"] == "none" and m.config["max_seq_length"] == 32
+    assert m.stats["sentence_label_counts"] == {"-1": m.totals["instances"]}
+    res = subprocess.run([sys.executable, "-m", "data_jobs.instances_job", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "--shards-dir" in res.stdout
+    json.loads((tmp_path / "out" / "manifest.json").read_text())
