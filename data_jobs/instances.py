@@ -49,6 +49,9 @@ class TokenizedDocs:
     sent_off_S1: np.ndarray
     doc_sent_off_D1: np.ndarray
     doc_keys_D: np.ndarray  # corpus-wide unique id per document: (shard << 32) | index in shard
+    # random-next pool only: how many leading sentences of each document may start a segment B (the
+    # rest is the tail that lets B run on as it would in the whole document); None = all of them
+    starts_D: np.ndarray | None = None
 
     @property
     def num_docs(self) -> int:
@@ -82,46 +85,63 @@ def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: 
     return TokenizedDocs(ids_T, sent_off, doc_off, np.asarray(doc_keys, dtype=np.int64))
 
 
-def window_documents(docs: TokenizedDocs, max_tokens: int, rng: random.Random) -> TokenizedDocs:
-    """Keep non-empty documents, each cut to a random run of whole sentences of ~max_tokens tokens.
+def window_documents(docs: TokenizedDocs, max_tokens: int, tail_tokens: int, rng: random.Random) -> TokenizedDocs:
+    """The random-next pool's copy of some documents: each cut to one region of ~max_tokens tokens.
 
-    Used for the random-next pool: a random start within a random window of a long document is close
-    to a random start within the whole document, and the pool's memory stays bounded.
+    The original draws a random document, then a random start sentence in it, and reads on until
+    segment B is long enough. Keeping whole long documents (books) in every worker's pool would cost
+    too much memory, so a long document is split into consecutive regions of ~max_tokens tokens and
+    one region is kept, chosen with probability proportional to its sentence count, plus a tail of
+    >= tail_tokens tokens after it. A start drawn uniformly in the region is then uniform over the
+    document's sentences (marginally over the seed), and B reads into the tail exactly as it would
+    read on in the whole document.
     """
-    parts, sent_lens, doc_counts, keys = [], [], [], []
+    parts, sent_lens, doc_counts, starts, keys = [], [], [], [], []
     so = docs.sent_off_S1
     for d in range(docs.num_docs):
         s_lo, s_hi = int(docs.doc_sent_off_D1[d]), int(docs.doc_sent_off_D1[d + 1])
         if s_hi == s_lo:
             continue
+        start_hi = s_hi
         if so[s_hi] - so[s_lo] > max_tokens:
-            start = rng.randint(s_lo, s_hi - 1)
-            end = start + 1
-            while end < s_hi and so[end + 1] - so[start] <= max_tokens:
-                end += 1
-            s_lo, s_hi = start, end
+            # region boundaries: greedy runs of whole sentences reaching max_tokens
+            bounds, lo = [s_lo], s_lo
+            for s in range(s_lo, s_hi):
+                if so[s + 1] - so[lo] >= max_tokens:
+                    lo = s + 1
+                    bounds.append(lo)
+            if bounds[-1] != s_hi:
+                bounds.append(s_hi)
+            pick = rng.randint(s_lo, s_hi - 1)  # a sentence; its region is the one kept
+            r = int(np.searchsorted(bounds, pick, side="right")) - 1
+            s_lo, start_hi = bounds[r], bounds[r + 1]
+            s_hi = int(np.searchsorted(so, so[start_hi] + tail_tokens, side="left"))
+            s_hi = min(max(s_hi, start_hi), int(docs.doc_sent_off_D1[d + 1]))
         parts.append(docs.ids_T[so[s_lo]:so[s_hi]])
         sent_lens.append(np.diff(so[s_lo:s_hi + 1]))
         doc_counts.append(s_hi - s_lo)
+        starts.append(start_hi - s_lo)
         keys.append(int(docs.doc_keys_D[d]))
-    return concat_docs([TokenizedDocs(p, np.r_[0, np.cumsum(sl)], np.array([0, c]), np.array([k]))
-                        for p, sl, c, k in zip(parts, sent_lens, doc_counts, keys)])
+    return concat_docs([TokenizedDocs(p, np.r_[0, np.cumsum(sl)], np.array([0, c]), np.array([k]), np.array([st]))
+                        for p, sl, c, k, st in zip(parts, sent_lens, doc_counts, keys, starts)])
 
 
 def concat_docs(items: Sequence[TokenizedDocs]) -> TokenizedDocs:
     if not items:
         return TokenizedDocs.empty()
-    ids, sent, doc, keys = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], []
+    ids, sent, doc, keys, starts = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], [], []
     t_base = s_base = 0
     for it in items:
         ids.append(it.ids_T)
         sent.append(it.sent_off_S1[1:] + t_base)
         doc.append(it.doc_sent_off_D1[1:] + s_base)
         keys.append(it.doc_keys_D)
+        starts.append(it.starts_D if it.starts_D is not None else np.diff(it.doc_sent_off_D1))
         t_base += len(it.ids_T)
         s_base += len(it.sent_off_S1) - 1
     return TokenizedDocs(np.concatenate(ids).astype(np.int32), np.concatenate(sent).astype(np.int64),
-                         np.concatenate(doc).astype(np.int64), np.concatenate(keys).astype(np.int64))
+                         np.concatenate(doc).astype(np.int64), np.concatenate(keys).astype(np.int64),
+                         np.concatenate(starts).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -143,6 +163,7 @@ class Pool:
     sent_off: list[int]
     doc_sent_off: list[int]
     doc_keys: list[int]
+    doc_starts: list[int]  # sentences of each document that may start a segment B
 
     @property
     def num_docs(self) -> int:
@@ -196,7 +217,7 @@ def random_next_b(pool: Pool, doc_key: int, target_b_length: int, rng: random.Ra
         if pool.doc_keys[r] != doc_key:
             break
     s_lo, s_hi = pool.doc_sent_off[r], pool.doc_sent_off[r + 1]
-    start = rng.randint(s_lo, s_hi - 1)
+    start = rng.randint(s_lo, s_lo + pool.doc_starts[r] - 1)
     lo = pool.sent_off[start]
     hi = lo
     for j in range(start, s_hi):
@@ -309,8 +330,10 @@ class ShardContext:
         self.special_base = base + len(pool_ids)
         self.pool = None
         if self.pool_docs is not None and self.pool_docs.num_docs:
-            self.pool = Pool((self.pool_docs.sent_off_S1 + base).tolist(),
-                             self.pool_docs.doc_sent_off_D1.tolist(), self.pool_docs.doc_keys_D.tolist())
+            pd = self.pool_docs
+            starts = pd.starts_D if pd.starts_D is not None else np.diff(pd.doc_sent_off_D1)
+            self.pool = Pool((pd.sent_off_S1 + base).tolist(), pd.doc_sent_off_D1.tolist(),
+                             pd.doc_keys_D.tolist(), starts.tolist())
         if self.params.sentence_task == "nsp" and self.pool is None:
             raise ValueError("sentence_task nsp needs a non-empty random-next pool")
 

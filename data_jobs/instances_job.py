@@ -67,7 +67,7 @@ def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, 
     docs = _read_documents(shard_path, rows)
     tok = wordpiece_tokenizer(vocab_file, lowercase)
     td = tokenize_documents(tok, docs, [(shard << 32) | r for r in rows])
-    return window_documents(td, POOL_WINDOW_FACTOR * max_seq_length, rng)
+    return window_documents(td, POOL_WINDOW_FACTOR * max_seq_length, max_seq_length, rng)
 
 
 def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict, out_dir: str,

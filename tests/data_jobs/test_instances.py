@@ -69,7 +69,7 @@ def offsets(lengths, start=0):
 def test_golden_actual_next_then_random_next_puts_sentences_back():
     # Sentences of 2, 3, 4, 3, 2 tokens; max_seq_length 12 -> max_num_tokens 9.
     sent_off = offsets([2, 3, 4, 3, 2])  # [0, 2, 5, 9, 12, 14]
-    pool = Pool(sent_off=offsets([5, 5, 5], start=100), doc_sent_off=[0, 3], doc_keys=[77])
+    pool = Pool(sent_off=offsets([5, 5, 5], start=100), doc_sent_off=[0, 3], doc_keys=[77], doc_starts=[3])
     rng = Scripted(
         ("random", 0.5),  # not a short target (0.5 >= 0.1): target = 9
         # sentences 0..2 reach 9 tokens: chunk of 3, a_end drawn in [1, 2]
