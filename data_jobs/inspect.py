@@ -58,7 +58,7 @@ def document_examples(directory: str | Path, n: int) -> list[str]:
         for row in table.to_pylist():
             sents = row["sentences"]
             out.append(f"[{row['doc_id']}] ({row['source']}, {len(sents)} sentences)")
-            out += [f"    {_fmt(s)}" for s in sents[:3]]
+            out += [f"  {_fmt(s)}" for s in sents[:3]]
     return out
 
 
@@ -89,7 +89,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.examples > 0 and kind in ("documents", "instances"):
         lines.append(f"  first {args.examples} {kind}:")
         examples = document_examples if kind == "documents" else instance_examples
-        lines += [f"  {line}" for line in examples(args.directory, args.examples)]
+        lines += [f"    {part}" for text in examples(args.directory, args.examples) for part in text.splitlines()]
     print("\n".join(lines))
     return 0
 
