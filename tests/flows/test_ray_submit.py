@@ -83,13 +83,13 @@ def _wait_jobs_api(address, proc, env, log):
     raise TimeoutError(f"Ray jobs API at {address} not up:\n{log.read_text()[-3000:]}")
 
 
-def test_shard_stage_as_ray_job(ray_head, corpus_file, tmp_path):
+def test_shard_stage_as_ray_job(ray_head, sample_text, tmp_path):
     from data_jobs.schema import Manifest
     from flows.ray_jobs import submission_id
 
     out = tmp_path / "documents"
     proc = subprocess.run(
-        [sys.executable, "-c", CLIENT, ray_head["address"], str(corpus_file), str(out), str(tmp_path / "job.yaml")],
+        [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
         env=ray_head["env"], capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
