@@ -34,6 +34,8 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids_BS: torch.Tensor, token_type_ids_BS: torch.Tensor) -> torch.Tensor:
         S = input_ids_BS.shape[1]
+        if S > self.position_embeddings.num_embeddings:
+            raise ValueError(f"sequence length {S} exceeds max_position_embeddings {self.position_embeddings.num_embeddings}")
         # No position_ids buffer: positions are always 0..S-1, and a buffer would only add a key
         # that checkpoints from other tools disagree about.
         positions_S = torch.arange(S, device=input_ids_BS.device)
@@ -74,9 +76,9 @@ class BertSelfAttention(nn.Module):
 class BertSelfOutput(nn.Module):
     """Projection after attention, dropout, residual, post-LN."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, in_features: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features or config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -107,8 +109,7 @@ class BertOutput(BertSelfOutput):
     """Feed-forward down-projection [F -> D], dropout, residual, post-LN."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config)
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        super().__init__(config, in_features=config.intermediate_size)
 
 
 class BertLayer(nn.Module):
