@@ -199,14 +199,18 @@ def load_hf(hf_dir: str | os.PathLike) -> tuple[BertForPreTraining, ModelConfig,
 
 def _read_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
     st, binf = hf_dir / "model.safetensors", hf_dir / "pytorch_model.bin"
+    index = hf_dir / "model.safetensors.index.json"
     try:
         if st.is_file():
             return load_file(str(st))
+        if index.is_file():  # sharded export (large models): {"weight_map": {key: shard file}}
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            return {k: v for shard in shards for k, v in load_file(str(hf_dir / shard)).items()}
         if binf.is_file():
             return torch.load(binf, map_location="cpu", weights_only=True)
-    except (SafetensorError, OSError, RuntimeError) as err:
-        raise UserError(f"{st if st.is_file() else binf}: cannot read weights: {err}") from None
-    raise UserError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
+    except (SafetensorError, OSError, RuntimeError, ValueError, KeyError) as err:
+        raise UserError(f"{hf_dir}: cannot read weights: {err}") from None
+    raise UserError(f"{hf_dir}: no model.safetensors (or .index.json) or pytorch_model.bin")
 
 
 def _normalise_keys(raw: Mapping[str, torch.Tensor], ours: set[str]) -> tuple[dict[str, torch.Tensor], list[str]]:

@@ -143,6 +143,22 @@ def test_legacy_names_and_decoder_bias(tiny_export, tmp_path):
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
+def test_sharded_weights(tiny_export, tmp_path):
+    model, _, out = tiny_export
+    state = load_file(str(out / "model.safetensors"))
+    d = tmp_path / "sharded"
+    shutil.copytree(out, d)
+    (d / "model.safetensors").unlink()
+    keys = sorted(state)
+    half = {k: f"model-0000{1 + (i % 2)}-of-00002.safetensors" for i, k in enumerate(keys)}
+    for shard in set(half.values()):
+        save_file({k: state[k] for k in keys if half[k] == shard}, str(d / shard))
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": half}))
+    loaded, _, _ = load_hf(d)
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+
+
 def test_user_errors(tiny_export, tmp_path):
     _, config, out = tiny_export
     with pytest.raises(UserError, match="not a directory"):
