@@ -198,3 +198,15 @@ def test_bf16_autocast_close_to_fp32():
             low = model(ids, types, mask, mlm_positions_M=torch.arange(6))
     assert low.mlm_logits.dtype == torch.bfloat16
     torch.testing.assert_close(low.mlm_logits.float(), ref.mlm_logits, atol=0.05, rtol=0.05)
+
+
+def test_bf16_weights_forward_backward():
+    """DeepSpeed bf16 casts the whole model: the padding bias must follow the dtype, nothing NaN."""
+    torch.manual_seed(7)
+    config = tiny()
+    model = BertForPreTraining(config).to(torch.bfloat16).train()
+    ids, types, mask = batch(config)
+    out = model(ids, types, mask, mlm_positions_M=torch.tensor([0, 3, 20]))
+    assert out.mlm_logits.dtype == torch.bfloat16
+    (out.mlm_logits.float().logsumexp(-1).sum() + out.nsp_logits_B2.float().sum()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
