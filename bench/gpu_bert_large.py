@@ -80,7 +80,18 @@ def variant_torch(cfg, batch, device, warmup, iters, compile_=False):
     return timed(step, device, warmup, iters)
 
 
-def variant_deepspeed(cfg, batch, device, warmup, iters, B, compile_=False, accum=1):
+def compile_layers(model):
+    """nn.Module.compile() in place on each encoder block and the MLM head: fuses LayerNorm, GELU,
+    dropout and residual adds, and keeps parameter names (no '_orig_mod.' prefix), so DeepSpeed and
+    checkpoints see the same module tree."""
+    for layer in model.bert.encoder.layer:
+        layer.compile()
+    model.bert.embeddings.compile()
+    model.cls.compile()
+    return model
+
+
+def variant_deepspeed(cfg, batch, device, warmup, iters, B, compile_=False, accum=1, compile_blocks=False):
     import deepspeed
 
     for k, v in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29512").items():
@@ -88,6 +99,8 @@ def variant_deepspeed(cfg, batch, device, warmup, iters, B, compile_=False, accu
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
     model = BertForPreTraining(cfg)
+    if compile_blocks:
+        compile_layers(model)
     ds_config = {
         "train_micro_batch_size_per_gpu": B,
         "gradient_accumulation_steps": accum,
@@ -132,6 +145,8 @@ def main() -> int:
                 ("deepspeed_zero1_bf16", lambda B: variant_deepspeed(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, B)),
                 ("deepspeed_zero1_bf16_compiled", lambda B: variant_deepspeed(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, B, compile_=True)),
                 ("torch_compiled_bf16", lambda B: variant_torch(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, compile_=True)),
+                ("deepspeed_zero1_bf16_blocks_compiled", lambda B: variant_deepspeed(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, B, compile_blocks=True)),
+                ("deepspeed_zero1_bf16_blocks_compiled_accum", lambda B: variant_deepspeed(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, B, compile_blocks=True, accum=args.accum)),
                 ("deepspeed_zero1_bf16_compiled_accum", lambda B: variant_deepspeed(cfg, make_batch(B, S, P, cfg.vocab_size, device), device, warmup, iters, B, compile_=True, accum=args.accum))]
     if args.variants:
         keep = set(args.variants) | {"torch_eager_bf16"}  # the baseline always runs
