@@ -65,19 +65,27 @@ def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str
 
     def flush() -> None:
         nonlocal buffered, flushes
+        name = f"t{task:05d}-{flushes:05d}.parquet"
+        hash_cols: list[list] = [[], [], []]
         for s, rows in enumerate(buckets):
             if not rows:
                 continue
             cols = list(zip(*rows))
-            name = f"t{task:05d}-{flushes:05d}.parquet"
             _write(pa.table(cols, schema=BUCKET_SCHEMA), Path(work, "parts", f"{s:05d}", name))
-            if config.dedup:
-                hashes = pa.table([cols[3], cols[0], [s] * len(rows)], schema=HASH_SCHEMA)
-                bucket_of = [_h64(h) % n for h in cols[3]]
-                for k in sorted(set(bucket_of)):
-                    mask = pa.array([b == k for b in bucket_of])
-                    _write(hashes.filter(mask), Path(work, "hashes", f"{k:05d}", f"s{s:05d}-{name}"))
+            hash_cols[0] += cols[3]
+            hash_cols[1] += cols[0]
+            hash_cols[2] += [s] * len(rows)
             rows.clear()
+        if config.dedup and hash_cols[0]:
+            # Route (content_hash, doc_id, shard) by content hash: one file per hash bucket touched.
+            hashes = pa.table(hash_cols, schema=HASH_SCHEMA)
+            bucket_of = np.array([_h64(h) % n for h in hash_cols[0]], dtype=np.int64)
+            order = np.argsort(bucket_of, kind="stable")
+            hashes, bucket_of = hashes.take(pa.array(order)), bucket_of[order]
+            starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
+            for lo, hi in zip(starts, np.r_[starts[1:], len(bucket_of)]):
+                k = int(bucket_of[lo])
+                _write(hashes.slice(lo, hi - lo), Path(work, "hashes", f"{k:05d}", name))
         buffered, flushes = 0, flushes + 1
 
     for unit in units:

@@ -56,12 +56,17 @@ class _ZstdTruncationCheck(io.RawIOBase):
     """zstandard's stream reader ends quietly on a cut-off frame; this raises EOFError instead."""
 
     def __init__(self, raw: BinaryIO):
-        import zstandard
-
         self._fh = raw
-        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._dobj = self._new()
         self._pending = b""
         self._eof = False
+        self._in_frame = False  # inside a frame whose end has not been seen yet
+
+    @staticmethod
+    def _new():
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj()
 
     def readable(self) -> bool:
         return True
@@ -71,17 +76,18 @@ class _ZstdTruncationCheck(io.RawIOBase):
             chunk = self._fh.read(1 << 16)
             if not chunk:
                 self._eof = True
-                if not self._dobj.eof:
+                if self._in_frame:
                     raise EOFError("zstd stream ended before the end of its frame (truncated)")
                 break
+            if self._dobj.eof:  # the previous frame ended exactly at a chunk boundary
+                self._dobj = self._new()
             self._pending = self._dobj.decompress(chunk)
-            if self._dobj.eof and self._dobj.unused_data:
-                # A second frame follows (multi-frame files, e.g. pzstd output): start a new one.
-                import zstandard
-
+            # Multi-frame files (pzstd, concatenated .zst): each frame needs a fresh decompressor.
+            while self._dobj.eof and self._dobj.unused_data:
                 rest = self._dobj.unused_data
-                self._dobj = zstandard.ZstdDecompressor().decompressobj()
+                self._dobj = self._new()
                 self._pending += self._dobj.decompress(rest)
+            self._in_frame = not self._dobj.eof
         n = min(len(buf), len(self._pending))
         buf[:n] = self._pending[:n]
         self._pending = self._pending[n:]

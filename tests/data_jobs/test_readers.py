@@ -172,3 +172,13 @@ def test_parquet_row_batches_and_null_text(tmp_path):
     docs, stats = docs_of(path)
     assert len(docs) == 990 and stats.dropped == {"missing_text": 10}
     assert docs[-1].doc_id == "big.parquet#999"
+
+
+def test_multi_frame_zstd(tmp_path):
+    import zstandard
+
+    c = zstandard.ZstdCompressor()
+    path = tmp_path / "two.txt.zst"
+    path.write_bytes(c.compress(b"Frame one.\n\n") + c.compress(b"Frame two.\n"))
+    docs, stats = docs_of(path, "bert")
+    assert [d.sentences for d in docs] == [["Frame one."], ["Frame two."]] and not stats.dropped

@@ -15,10 +15,10 @@ from data_jobs.readers import ReadStats, read_documents
 from data_jobs.schema import DOCUMENTS_SCHEMA, Manifest
 from data_jobs.shard_job import main as shard_main
 from data_jobs.shard_job import run
+from data_jobs import shard_tasks
 from data_jobs.shard_tasks import shard_of
 from shard_fixtures import BERT_TEXT, cfg, compress, write_corpus
 
-pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -46,6 +46,7 @@ def rows_of(out: Path) -> list[tuple[int, dict]]:
     return [(int(p.stem[-5:]), r) for p in sorted(out.glob("shard-*.parquet")) for r in pq.read_table(p).to_pylist()]
 
 
+@pytest.mark.ray
 def test_one_and_two_workers_give_identical_shards_and_exact_dedup(ray_local, corpus, tmp_path):
     m1 = run(cfg([corpus], tmp_path / "w1", num_shards=3, num_workers=1))
     m2 = run(cfg([corpus], tmp_path / "w2", num_shards=3, num_workers=2))
@@ -82,6 +83,7 @@ def test_one_and_two_workers_give_identical_shards_and_exact_dedup(ray_local, co
     assert not (tmp_path / "w1" / ".work").exists()
 
 
+@pytest.mark.ray
 def test_no_dedup_keeps_duplicates_but_not_repeated_ids(ray_local, corpus, tmp_path):
     m = run(cfg([corpus], tmp_path / "out", num_shards=2, dedup=False))
     assert "duplicate" not in m.totals["dropped"]
@@ -89,6 +91,7 @@ def test_no_dedup_keeps_duplicates_but_not_repeated_ids(ray_local, corpus, tmp_p
     assert "copy.txt#0" in ids and "sample.txt#0" in ids and len(ids) == len(set(ids))
 
 
+@pytest.mark.ray
 def test_rerun_skips_finished_work_and_repairs_a_damaged_shard(ray_local, corpus, tmp_path):
     out = tmp_path / "out"
     first = run(cfg([corpus], out, num_shards=3))
@@ -104,6 +107,7 @@ def test_rerun_skips_finished_work_and_repairs_a_damaged_shard(ray_local, corpus
         assert (out / name).stat().st_mtime_ns == before[name]  # intact shards were not rewritten
 
 
+@pytest.mark.ray
 def test_other_configs_output_dir_is_refused_unless_overwrite(ray_local, corpus, tmp_path, capsys):
     out = tmp_path / "out"
     run(cfg([corpus], out, num_shards=3))
@@ -120,6 +124,7 @@ def test_other_configs_output_dir_is_refused_unless_overwrite(ray_local, corpus,
     assert "not empty and not a bertflow documents dataset" in capsys.readouterr().err
 
 
+@pytest.mark.ray
 def test_bad_inputs_are_counted_in_the_manifest_and_reported(ray_local, tmp_path, capsys):
     d = tmp_path / "in"
     d.mkdir()
@@ -141,6 +146,7 @@ def test_bad_inputs_are_counted_in_the_manifest_and_reported(ray_local, tmp_path
     assert capsys.readouterr().err.startswith("bertflow: error: ")
 
 
+@pytest.mark.ray
 @pytest.mark.shared_data
 def test_real_corpora_and_inspect(ray_local, shared_data, tmp_path, capsys):
     corpus = shared_data / "corpus"
@@ -164,6 +170,7 @@ def test_module_entry_point_runs_as_a_script(tmp_path):
     ]
 
 
+@pytest.mark.ray
 @pytest.mark.shared_data
 def test_inspect_decodes_instances_made_from_our_shards(ray_local, shared_data, bert_uncased_vocab, tmp_path, capsys):
     """shard -> vocab (adopted) -> instances, then `inspect` prints the instances module's decoding."""
@@ -181,3 +188,25 @@ def test_inspect_decodes_instances_made_from_our_shards(ray_local, shared_data, 
     out = capsys.readouterr().out
     assert "instances dataset" in out and "first 2 instances:" in out
     assert "[CLS]" in out and "[MASK]" in out
+
+
+def test_steps_without_ray_give_the_same_bytes_however_often_buckets_flush(corpus, tmp_path, monkeypatch):
+    """The pure steps, called directly: tiny flushes (many bucket files per shard) change nothing."""
+    from data_jobs.readers import expand_inputs
+
+    def steps(out: Path, tasks: int) -> dict[str, bytes]:
+        config = cfg([corpus], out, num_shards=3)
+        units = expand_inputs(config)
+        work = str(out / ".work")
+        for t in range(tasks):
+            shard_tasks.partition_units(units[t::tasks], config, t, work)
+        for k in range(3):
+            shard_tasks.find_duplicates(k, work)
+        for s in range(3):
+            shard_tasks.merge_shard(s, config, work, "key")
+        return shards_of(out)
+
+    reference = steps(tmp_path / "a", 1)
+    monkeypatch.setattr(shard_tasks, "FLUSH_BYTES", 50)
+    assert steps(tmp_path / "b", 3) == reference
+    assert len(list((tmp_path / "b" / ".work" / "parts" / "00000").glob("*.parquet"))) > 10
