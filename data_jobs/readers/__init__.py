@@ -135,7 +135,7 @@ def read_unit(unit: Unit, config, stats: ReadStats) -> Iterator[Document]:
     """Documents of one unit that pass ``min_sentences``; everything else is counted in ``stats``."""
     fmt = unit.fmt
     if fmt != "builtin":
-        problem, head = probe(unit.path) if not base_name(unit.path).endswith(".parquet") else (None, b"")
+        problem, head = probe(unit.path) if not unit.path.endswith(".parquet") else (None, b"")
         if problem == "binary" and (fmt == "parquet" or head.startswith(b"PAR1")):
             problem = None
         if problem:

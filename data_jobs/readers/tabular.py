@@ -7,11 +7,14 @@ A missing text column is a configuration mistake, not damaged data: it stops the
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from typing import Any, Iterator
 
 from data_jobs.common import UserError
 from data_jobs.readers.base import Document, ReadStats
-from data_jobs.readers.textio import BadLine, iter_lines
+from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
 from data_jobs.segment import split_sentences
 
 
@@ -62,11 +65,28 @@ def read_jsonl(path: str, source: str, config, stats: ReadStats) -> Iterator[Doc
 
 
 def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
+    if path.endswith(COMPRESSIONS):
+        # Parquet needs random access: an externally compressed file is unpacked to a temporary file
+        # (disk, not memory), then read like any other.
+        with tempfile.TemporaryDirectory(prefix="bertflow-parquet-") as tmp:
+            plain = os.path.join(tmp, "data.parquet")
+            try:
+                with open_binary(path) as src, open(plain, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except STREAM_ERRORS as err:
+                stats.bad_file(path, "truncated", type(err).__name__)
+                return
+            yield from _read_parquet_file(plain, path, source, config, stats)
+        return
+    yield from _read_parquet_file(path, path, source, config, stats)
+
+
+def _read_parquet_file(local: str, path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(local)
     except (pa.ArrowException, OSError) as err:
         stats.bad_file(path, "corrupt_parquet", str(err).splitlines()[0] if str(err) else "")
         return

@@ -87,11 +87,12 @@ def test_jsonl_and_parquet_text_and_id_columns(tmp_path):
 
 
 @pytest.mark.parametrize("codec", ["gz", "bz2", "zst"])
-@pytest.mark.parametrize("fmt", ["bert", "books", "wikiextractor", "jsonl"])
+@pytest.mark.parametrize("fmt", ["bert", "books", "wikiextractor", "jsonl", "parquet"])
 def test_compressed_inputs_read_like_plain_ones(tmp_path, codec, fmt):
     paths = write_corpus(tmp_path)
-    plain, _ = docs_of(paths[fmt])
-    packed, stats = docs_of(compress(paths[fmt], codec))
+    kw = {"text_column": "doc"} if fmt == "parquet" else {}
+    plain, _ = docs_of(paths[fmt], **kw)
+    packed, stats = docs_of(compress(paths[fmt], codec), **kw)
     assert [d.sentences for d in packed] == [d.sentences for d in plain] and plain
     assert not stats.dropped and not stats.files_skipped
 
