@@ -4,6 +4,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from data_jobs.builtin_corpus import PREFIX, prose_paragraphs, units
 from data_jobs.common import UserError
@@ -183,3 +185,21 @@ def test_multi_frame_zstd(tmp_path):
     path.write_bytes(c.compress(b"Frame one.\n\n") + c.compress(b"Frame two.\n"))
     docs, stats = docs_of(path, "bert")
     assert [d.sentences for d in docs] == [["Frame one."], ["Frame two."]] and not stats.dropped
+
+
+_sentence = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters="\ufeff\x85"),
+    min_size=1, max_size=30,
+).map(lambda s: " ".join(s.split())).filter(bool)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.lists(_sentence, min_size=1, max_size=4), min_size=1, max_size=5), crlf=st.booleans())
+def test_bert_format_round_trips(tmp_path, docs, crlf):
+    """Any documents written in the BERT format (LF or CRLF) read back exactly, ids in order."""
+    nl = "\r\n" if crlf else "\n"
+    path = tmp_path / "rt.txt"
+    path.write_bytes(nl.join(nl.join(d) + nl for d in docs).encode("utf-8"))
+    got, stats = docs_of(path, "bert")
+    assert [d.sentences for d in got] == docs
+    assert [d.doc_id for d in got] == [f"rt.txt#{i}" for i in range(len(docs))] and not stats.dropped
