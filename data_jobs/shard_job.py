@@ -77,6 +77,8 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str) -> M
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("parts", "hashes", "drops"):
         shutil.rmtree(work / stale, ignore_errors=True)
+    for tmp in out.glob(".tmp-shard-*"):  # left by a run killed mid-write
+        tmp.unlink()
     return None
 
 
