@@ -106,6 +106,13 @@ def test_rerun_skips_finished_work_and_repairs_a_damaged_shard(ray_local, corpus
     for name in ("shard-00000.parquet", "shard-00002.parquet"):
         assert (out / name).stat().st_mtime_ns == before[name]  # intact shards were not rewritten
 
+    # A run killed before its manifest: leftovers are cleaned and the same bytes come back.
+    shards = shards_of(out)
+    (out / "manifest.json").unlink()
+    (out / ".tmp-shard-00001.parquet.abc").write_bytes(b"half")
+    assert run(cfg([corpus], out, num_shards=3)).files == first.files
+    assert shards_of(out) == shards and not list(out.glob(".tmp-*"))
+
 
 @pytest.mark.ray
 def test_other_configs_output_dir_is_refused_unless_overwrite(ray_local, corpus, tmp_path, capsys):
