@@ -23,7 +23,7 @@ from data_jobs.config import ShardConfig
 from data_jobs.readers import Unit, expand_inputs
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest
 from data_jobs.shard_tasks import (
-    SHARD_NAME, done_record, find_duplicates, merge_shard, partition_units, raise_if_error,
+    done_record, find_duplicates, merge_shard, partition_units, raise_if_error,
 )
 
 WORK = ".work"
