@@ -110,6 +110,15 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 @contextmanager
 def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; on success fsync and rename it into place.
@@ -125,6 +134,8 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        # mkstemp creates 0600; finished outputs get the usual umask-based mode so others can read them.
+        os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, final)
         fsync_dir(final.parent)
     except BaseException:

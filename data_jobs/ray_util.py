@@ -10,13 +10,16 @@ WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "RAY_
 
 
 def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
-    """Connect to Ray once: reuse an initialized session, else join ``address`` or start a local cluster."""
+    """Connect to Ray once: reuse an initialized session, else join ``address`` (or $RAY_ADDRESS, as
+    set for a driver started by ``ray job submit``), else start a local cluster."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs = dict(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": WORKER_ENV})
+    # Under `ray job submit` the driver runs on the cluster with RAY_ADDRESS set: join that cluster.
+    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, **kwargs)
     else:
