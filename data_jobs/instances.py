@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -85,45 +86,54 @@ def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: 
     return TokenizedDocs(ids_T, sent_off, doc_off, np.asarray(doc_keys, dtype=np.int64))
 
 
-def window_documents(docs: TokenizedDocs, max_tokens: int, tail_tokens: int, rng: random.Random) -> TokenizedDocs:
-    """The random-next pool's copy of some documents: each cut to one region of ~max_tokens tokens.
+def pool_sample(tokenizer, documents: Sequence[Sequence[str]], doc_keys: Sequence[int], region_chars: int,
+                tail_tokens: int, rng: random.Random) -> TokenizedDocs:
+    """The random-next pool's copy of some documents, each cut to one region of ~region_chars.
 
     The original draws a random document, then a random start sentence in it, and reads on until
-    segment B is long enough. Keeping whole long documents (books) in every worker's pool would cost
-    too much memory, so a long document is split into consecutive regions of ~max_tokens tokens and
-    one region is kept, chosen with probability proportional to its sentence count, plus a tail of
-    >= tail_tokens tokens after it. A start drawn uniformly in the region is then uniform over the
-    document's sentences (marginally over the seed), and B reads into the tail exactly as it would
-    read on in the whole document.
+    segment B is long enough. Keeping (and tokenizing) whole long documents such as books in every
+    worker's pool would cost too much, so a long document is split into consecutive regions of whole
+    sentences, and one region is kept, chosen with probability proportional to its sentence count,
+    plus a tail of >= tail_tokens tokens after it. A start drawn uniformly in the region (``starts_D``)
+    is then uniform over the document's sentences (marginally over the seed), and B reads on into the
+    tail exactly as it would in the whole document.
     """
-    parts, sent_lens, doc_counts, starts, keys = [], [], [], [], []
-    so = docs.sent_off_S1
-    for d in range(docs.num_docs):
-        s_lo, s_hi = int(docs.doc_sent_off_D1[d]), int(docs.doc_sent_off_D1[d + 1])
-        if s_hi == s_lo:
+    items = []
+    for doc, key in zip(documents, doc_keys):
+        n = len(doc)
+        if n == 0:
             continue
-        start_hi = s_hi
-        if so[s_hi] - so[s_lo] > max_tokens:
-            # region boundaries: greedy runs of whole sentences reaching max_tokens
-            bounds, lo = [s_lo], s_lo
-            for s in range(s_lo, s_hi):
-                if so[s + 1] - so[lo] >= max_tokens:
-                    lo = s + 1
-                    bounds.append(lo)
-            if bounds[-1] != s_hi:
-                bounds.append(s_hi)
-            pick = rng.randint(s_lo, s_hi - 1)  # a sentence; its region is the one kept
-            r = int(np.searchsorted(bounds, pick, side="right")) - 1
-            s_lo, start_hi = bounds[r], bounds[r + 1]
-            s_hi = int(np.searchsorted(so, so[start_hi] + tail_tokens, side="left"))
-            s_hi = min(max(s_hi, start_hi), int(docs.doc_sent_off_D1[d + 1]))
-        parts.append(docs.ids_T[so[s_lo]:so[s_hi]])
-        sent_lens.append(np.diff(so[s_lo:s_hi + 1]))
-        doc_counts.append(s_hi - s_lo)
-        starts.append(start_hi - s_lo)
-        keys.append(int(docs.doc_keys_D[d]))
-    return concat_docs([TokenizedDocs(p, np.r_[0, np.cumsum(sl)], np.array([0, c]), np.array([k]), np.array([st]))
-                        for p, sl, c, k, st in zip(parts, sent_lens, doc_counts, keys, starts)])
+        lo, start_hi = 0, n
+        if sum(map(len, doc)) > region_chars:
+            bounds, chars = [0], 0
+            for s in range(n):
+                chars += len(doc[s])
+                if chars >= region_chars and s + 1 < n:
+                    bounds.append(s + 1)
+                    chars = 0
+            bounds.append(n)
+            r = bisect_left(bounds, rng.randint(0, n - 1) + 1) - 1  # region holding a random sentence
+            lo, start_hi = bounds[r], bounds[r + 1]
+        tail_chars = 8 * tail_tokens
+        while True:  # tail: whole sentences until tail_tokens tokens (or the document's end)
+            hi, chars = start_hi, 0
+            while hi < n and chars < tail_chars:
+                chars += len(doc[hi])
+                hi += 1
+            encs = tokenizer.encode_batch_fast(list(doc[lo:hi]), add_special_tokens=False)
+            lens = [len(e.ids) for e in encs]
+            if hi == n or sum(lens[start_hi - lo:]) >= tail_tokens:
+                break
+            tail_chars *= 2
+        keep = [i for i, k in enumerate(lens) if k > 0]  # sentences without tokens are dropped
+        n_starts = sum(1 for i in keep if i < start_hi - lo)
+        if n_starts == 0:
+            continue
+        ids = np.fromiter(itertools.chain.from_iterable(encs[i].ids for i in keep), dtype=np.int32)
+        items.append(TokenizedDocs(ids, np.r_[0, np.cumsum([lens[i] for i in keep])].astype(np.int64),
+                                   np.array([0, len(keep)], np.int64), np.array([key], np.int64),
+                                   np.array([n_starts], np.int64)))
+    return concat_docs(items)
 
 
 def concat_docs(items: Sequence[TokenizedDocs]) -> TokenizedDocs:
@@ -248,18 +258,18 @@ def document_pairs(sent_off: Sequence[int], doc_key: int, pool: Pool | None, p: 
     # Instead, we split the input into segments "A" and "B" at actual sentence boundaries.
     pairs: list[Pair] = []
     n_sent = len(sent_off) - 1
-    chunk_start, current_length, i = 0, 0, 0
-    while i < n_sent:
-        current_length += sent_off[i + 1] - sent_off[i]
-        if i == n_sent - 1 or current_length >= target:
-            pair, unused = _chunk_pair(sent_off, chunk_start, i + 1, doc_key, pool, p, target, rng)
-            if pair is not None:
-                pairs.append(pair)
-            # We didn't actually use the unused segments, so we "put them back" so they don't go
-            # to waste (only random-next pairs leave some).
-            i -= unused
-            chunk_start, current_length = i + 1, 0
-        i += 1
+    chunk_start = 0
+    while chunk_start < n_sent:
+        # The original adds sentences to the chunk until it reaches the target or the document ends;
+        # the sentence where that happens is found by bisection on the token offsets instead.
+        i = bisect_left(sent_off, sent_off[chunk_start] + target, chunk_start + 1) - 1
+        i = min(i, n_sent - 1)
+        pair, unused = _chunk_pair(sent_off, chunk_start, i + 1, doc_key, pool, p, target, rng)
+        if pair is not None:
+            pairs.append(pair)
+        # We didn't actually use the unused segments, so we "put them back" so they don't go to
+        # waste (only random-next pairs leave some).
+        chunk_start = i - unused + 1
     return pairs, short
 
 
@@ -366,6 +376,12 @@ def _gather_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (ends - lens), lens) + np.arange(total)
 
 
+def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """Zero-copy numpy -> Arrow (pa.array() would import pandas, 0.4 s in every fresh worker)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(values)])
+
+
 def round_table(ctx: ShardContext, round_index: int) -> tuple[pa.Table, np.ndarray, dict]:
     """All instances of one shard for one dupe round: (Arrow table, lengths_N, stats)."""
     pairs, n_docs, n_short, n_short_pairs = round_pairs(ctx, round_index)
@@ -390,13 +406,13 @@ def round_table(ctx: ShardContext, round_index: int) -> tuple[pa.Table, np.ndarr
     tok = pa.uint16() if ctx.vocab_size <= 65536 else pa.uint32()
     np_tok = np.uint16 if ctx.vocab_size <= 65536 else np.uint32
     off32, poff32 = offsets_N1.astype(np.int32), mb.pred_offsets_N1.astype(np.int32)
-    table = pa.table({
-        "input_ids": pa.ListArray.from_arrays(off32, pa.array(mb.input_ids_T.astype(np_tok), tok)),
-        "segment_a_len": pa.array((a_len + 2).astype(np.uint16), pa.uint16()),
-        "masked_positions": pa.ListArray.from_arrays(poff32, pa.array(mb.positions_M.astype(np.uint16))),
-        "masked_ids": pa.ListArray.from_arrays(poff32, pa.array(mb.labels_M.astype(np_tok), tok)),
-        "nsp_label": pa.array(label.astype(np.int8), pa.int8()),
-    })
+    table = pa.Table.from_arrays([
+        pa.ListArray.from_arrays(_arrow(off32, pa.int32()), _arrow(mb.input_ids_T.astype(np_tok), tok)),
+        _arrow((a_len + 2).astype(np.uint16), pa.uint16()),
+        pa.ListArray.from_arrays(_arrow(poff32, pa.int32()), _arrow(mb.positions_M.astype(np.uint16), pa.uint16())),
+        pa.ListArray.from_arrays(_arrow(poff32, pa.int32()), _arrow(mb.labels_M.astype(np_tok), tok)),
+        _arrow(label.astype(np.int8), pa.int8()),
+    ], names=["input_ids", "segment_a_len", "masked_positions", "masked_ids", "nsp_label"])
     stats = new_stats()
     stats.update(instances=N, doc_rounds=n_docs, short_target_doc_rounds=n_short,
                  short_target_instances=n_short_pairs, tokens=int(len_N.sum()))

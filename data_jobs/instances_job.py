@@ -32,7 +32,8 @@ from data_jobs.config import InstancesConfig
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
-POOL_WINDOW_FACTOR = 8  # pool documents longer than this many max_seq_lengths enter as a window
+POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
+POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
 
 def part_name(shard: int, upper: int) -> str:
@@ -53,21 +54,23 @@ def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
     if rows is not None:
-        table = table.take(rows)
+        import pyarrow as pa
+
+        table = table.take(pa.array(rows, type=pa.int64()))
     return table.column("sentences").to_pylist()
 
 
 def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, seed: int,
                     max_seq_length: int, vocab_file: str, lowercase: bool):
     """This shard's contribution to the random-next pool: a seeded sample of its documents."""
-    from data_jobs.instances import derive_seed, tokenize_documents, window_documents
+    from data_jobs.instances import derive_seed, pool_sample
 
     rng = random.Random(derive_seed(seed, "pool", shard))
     rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
     docs = _read_documents(shard_path, rows)
     tok = wordpiece_tokenizer(vocab_file, lowercase)
-    td = tokenize_documents(tok, docs, [(shard << 32) | r for r in rows])
-    return window_documents(td, POOL_WINDOW_FACTOR * max_seq_length, max_seq_length, rng)
+    region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
+    return pool_sample(tok, docs, [(shard << 32) | r for r in rows], region_chars, max_seq_length, rng)
 
 
 def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict, out_dir: str,
@@ -116,7 +119,12 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
             for w in writers.values():
                 w.close()
     files = [file_entry(out / part_name(shard, u), rows[u], shard=shard, bin=u).model_dump() for u in sorted(rows)]
-    record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats}
+    import resource
+
+    # "worker" is diagnostics (benchmarks read the peak memory); nothing downstream depends on it.
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
+              "worker": {"peak_rss_mb": round(peak_mb, 1)}}
     write_json_atomic(out / done_name(shard), record)
     return record
 

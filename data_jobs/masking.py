@@ -39,15 +39,26 @@ class MaskedBatch:
     decisions_M: np.ndarray  # MASK / RANDOM / KEEP per prediction
 
 
-def _choose_tokens(keys_T, inst_T, offsets_N1, k_N) -> np.ndarray:
-    """Boolean T mask: each instance's k smallest keys (specials carry key 2.0 and lose)."""
-    # One float sort key = instance + key/4: instances stay in order, keys order within them
-    # (a float64 keeps > 30 bits of the key for up to 2**20 instances per batch).
-    order_T = np.argsort(inst_T + keys_T * 0.25)
-    # inst_T is sorted already, so at sorted slot i the rank within the instance is i - row start.
-    rank_T = np.arange(len(inst_T)) - offsets_N1[inst_T]
+def _choose_tokens(keys_T, inst_T, pos_T, offsets_N1, k_N) -> np.ndarray:
+    """Boolean T mask: each instance's k smallest keys (specials carry key 2.0 and lose).
+
+    Keys go into an [N, max length] matrix (padding 3.0); a row-wise partial sort then finds each
+    row's k smallest, which is several times faster than one sort over the flat batch.
+    """
+    N = len(k_N)
     chosen_T = np.zeros(len(keys_T), dtype=bool)
-    chosen_T[order_T[rank_T < k_N[inst_T]]] = True
+    kmax = int(k_N.max()) if N else 0
+    if kmax == 0:
+        return chosen_T
+    L = int(np.diff(offsets_N1).max())
+    keys_NL = np.full((N, L), 3.0)
+    keys_NL[inst_T, pos_T] = keys_T
+    part_NK = np.argpartition(keys_NL, kmax - 1, axis=1)[:, :kmax] if kmax < L else np.tile(np.arange(L), (N, 1))
+    order_NK = np.argsort(np.take_along_axis(keys_NL, part_NK, 1), axis=1)
+    pos_NK = np.take_along_axis(part_NK, order_NK, 1)  # each row's kmax smallest, ascending by key
+    take_NK = np.arange(pos_NK.shape[1])[None, :] < k_N[:, None]
+    rows = np.nonzero(take_NK)[0]
+    chosen_T[offsets_N1[rows] + pos_NK[take_NK]] = True
     return chosen_T
 
 
@@ -111,7 +122,7 @@ def mask_batch(
     if is_cont_T is None:
         keys_T = rng.random(len(ids_T))
         keys_T[special_T] = 2.0
-        chosen_T = _choose_tokens(keys_T, inst_T, offsets_N1, k_N)
+        chosen_T = _choose_tokens(keys_T, inst_T, pos_T, offsets_N1, k_N)
     else:
         chosen_T = _choose_whole_words(cand_T, is_cont_T, pos_T, inst_T, k_N, rng)
     idx_M = np.flatnonzero(chosen_T)  # ascending: grouped by instance, positions sorted

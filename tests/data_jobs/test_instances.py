@@ -2,6 +2,8 @@
 decision of the original algorithm is visible) and hypothesis property tests of the invariants."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -293,3 +295,33 @@ def test_replacement_draws_come_from_whole_vocab():
     assert rnd.min() < 100 and rnd.max() > VOCAB - 100  # specials and [unused] included, as the original
     frac = np.bincount(mb.decisions_M, minlength=3) / len(mb.decisions_M)
     assert abs(frac[MASK] - 0.8) < 0.02 and abs(frac[KEEP] - 0.1) < 0.02 and abs(frac[RANDOM] - 0.1) < 0.02
+
+
+class _IdTokenizer:
+    """Sentence "i x x x" -> 4 tokens, all with id i (so every token names its sentence)."""
+
+    def encode_batch_fast(self, texts, add_special_tokens=False):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(ids=[int(t.split()[0])] * len(t.split())) for t in texts]
+
+
+def test_pool_regions_make_random_starts_uniform_and_leave_a_tail():
+    from data_jobs.instances import pool_sample
+
+    doc = [f"{i} x x x" for i in range(100)] + ["100 x"]  # 101 sentences of 4 (last: 2) tokens
+    counts = np.zeros(101, int)
+    rng_pick = random.Random(0)
+    for seed in range(1500):
+        pool = pool_sample(_IdTokenizer(), [doc], [5], 60, 10, random.Random(seed))
+        assert pool.num_docs == 1 and pool.doc_keys_D.tolist() == [5]
+        n_start, so = int(pool.starts_D[0]), pool.sent_off_S1
+        tail = int(so[-1] - so[n_start])
+        first = int(pool.ids_T[so[0]])
+        assert tail >= 10 or first + pool.doc_sent_off_D1[1] - 1 >= 100  # a tail, or the document's end
+        start = rng_pick.randint(0, n_start - 1)  # how random_next_b draws
+        counts[first + start] += 1
+    # uniform over the 101 sentences: about 15 each
+    assert counts.min() >= 3 and counts.max() <= 35, counts
+    short = pool_sample(_IdTokenizer(), [doc[:3], []], [1, 2], 60, 10, random.Random(0))
+    assert short.num_docs == 1 and short.starts_D.tolist() == [3]  # short documents enter whole

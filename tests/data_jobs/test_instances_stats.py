@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
-from data_jobs.instances import PairParams, ShardContext, round_table, tokenize_documents, window_documents
+from data_jobs.instances import PairParams, ShardContext, round_table, pool_sample, tokenize_documents
 from data_jobs.tokenization import vocab_info, wordpiece_tokenizer
 from instances_helpers import book_documents, wiki_documents
 
@@ -83,13 +83,14 @@ def corpus(shared_data):
     for book in ("pg84_frankenstein.txt", "pg1342_pride_and_prejudice.txt"):
         docs += book_documents(shared_data / "corpus" / "gutenberg" / book, max_chars=300_000, paragraphs_per_doc=30)
     v = vocab_info(shared_data / "vocab" / "bert-base-uncased-vocab.txt", True)
-    td = tokenize_documents(wordpiece_tokenizer(v.vocab_file, True), docs, list(range(len(docs))))
-    return v, td
+    tok = wordpiece_tokenizer(v.vocab_file, True)
+    td = tokenize_documents(tok, docs, list(range(len(docs))))
+    pool = pool_sample(tok, docs, list(range(len(docs))), 4 * 8 * SEQ, SEQ, random.Random(0))
+    return v, td, pool
 
 
 def _ours(corpus, short_seq_prob):
-    v, td = corpus
-    pool = window_documents(td, 8 * SEQ, SEQ, random.Random(0))
+    v, td, pool = corpus
     ctx = ShardContext(td, pool, PairParams(SEQ, short_seq_prob, "nsp"), 0.15, MAX_PRED, v.vocab_size, v.cls_id,
                        v.sep_id, v.mask_id, 12345, 0)
     raw = new_stats()
@@ -113,7 +114,7 @@ def reference_full_length(corpus):
     """The original on the same documents. Without short targets: a short target turns a whole long
     document (a book chunk) short, which makes counts vary a lot from seed to seed and would hide a
     real difference; the short-target draw itself is checked separately."""
-    _, td = corpus
+    _, td, _ = corpus
     so, do = td.sent_off_S1.tolist(), td.doc_sent_off_D1.tolist()
     ids = td.ids_T.tolist()
     docs = [[ids[so[s]:so[s + 1]] for s in range(do[d], do[d + 1])] for d in range(td.num_docs)]
