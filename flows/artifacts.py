@@ -40,13 +40,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def loss_series(rows: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    """{metric name: [(step, value)]} for every finite numeric field whose name mentions 'loss'."""
+    """{metric name: [(step, value)]} for every finite numeric field whose name mentions 'loss'.
+
+    Rows carrying a ``phase`` get it as a prefix: each phase counts its steps from 1 again."""
     series: dict[str, list[tuple[float, float]]] = {}
     for i, row in enumerate(rows):
         step = row.get("step", i)
+        prefix = f"{row['phase']} " if "phase" in row else ""
         for key, value in row.items():
             if "loss" in key and isinstance(value, (int, float)) and math.isfinite(value):
-                series.setdefault(key, []).append((float(step), float(value)))
+                series.setdefault(prefix + key, []).append((float(step), float(value)))
     return series
 
 
@@ -111,12 +114,15 @@ def metrics_rows(rows: list[dict[str, Any]], max_rows: int = 50) -> list[dict[st
 
 
 def eval_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Flatten {task: {metric: value}} (nesting allowed) into rows of task / metric / value."""
+    """Flatten {task: {metric: value}} (nesting allowed) into rows of task / metric / value; the
+    evaluations' echoed ``config`` sections are left out (they are settings, not results)."""
     out = []
 
     def walk(prefix: str, obj: Any) -> None:
         if isinstance(obj, dict):
             for key, value in sorted(obj.items()):
+                if key == "config":
+                    continue
                 walk(f"{prefix}.{key}" if prefix else str(key), value)
         elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
             task, _, metric = prefix.partition(".")

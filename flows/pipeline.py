@@ -121,6 +121,8 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     out = {}
     if isinstance(obj, dict):
         for k, v in obj.items():
+            if k == "config":  # evaluations echo their settings: not results
+                continue
             out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
         out[prefix] = round(obj, 4) if isinstance(obj, float) else obj
