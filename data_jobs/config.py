@@ -103,5 +103,6 @@ class InstancesConfig(RayOptions):
         4096,
         ge=1,
         description="documents in the corpus-wide random-next pool (each shard contributes an equal, "
-        "seed-determined sample; long documents enter as a random window of 8 x max_seq_length tokens)",
+        "seed-determined sample; a long document enters as one region of ~8 x max_seq_length tokens, "
+        "chosen in proportion to its sentences, plus a tail)",
     )

@@ -74,8 +74,9 @@ def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: 
     for lo in range(0, len(flat), batch_sentences):
         encs = tokenizer.encode_batch_fast(flat[lo:lo + batch_sentences], add_special_tokens=False)
         ids = [e.ids for e in encs]
-        lens.extend(map(len, ids))
-        chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32))
+        chunk_lens = list(map(len, ids))
+        lens.extend(chunk_lens)
+        chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=sum(chunk_lens)))
     lens_S = np.asarray(lens, dtype=np.int64)
     keep_S = lens_S > 0
     sent_off = np.zeros(int(keep_S.sum()) + 1, dtype=np.int64)
@@ -424,49 +425,5 @@ def round_table(ctx: ShardContext, round_index: int) -> tuple[pa.Table, np.ndarr
     return table, len_N, stats
 
 
-# ---- reading instances back as text (``bertflow data inspect``) ----
-
-LABEL_NAMES = {"nsp": {0: "is next", 1: "random next"}, "sop": {0: "in order", 1: "swapped"},
-               "none": {-1: "no sentence task"}}
-
-
-def format_instance(row: dict, vocab: Sequence[str], sentence_task: str = "nsp") -> str:
-    """One instance as text: masked positions shown as ``{shown|label}`` (e.g. ``{[MASK]|cat}``)."""
-    labels = dict(zip(row["masked_positions"], row["masked_ids"]))
-    words = []
-    for pos, tid in enumerate(row["input_ids"]):
-        if pos == row["segment_a_len"] and pos < len(row["input_ids"]):
-            words.append("|")  # segment boundary marker (token types switch to 1 here)
-        shown = vocab[tid] if tid < len(vocab) else f"<{tid}>"
-        words.append(f"{{{shown}|{vocab[labels[pos]]}}}" if pos in labels else shown)
-    lab = row["nsp_label"]
-    name = LABEL_NAMES.get(sentence_task, {}).get(lab, str(lab))
-    head = (f"length={len(row['input_ids'])} segment_a_len={row['segment_a_len']} "
-            f"predictions={len(labels)} label={lab} ({name})")
-    return head + "\n" + " ".join(words)
-
-
-def decode_examples(dataset_dir, n: int = 3) -> list[str]:
-    """The first ``n`` instances of an instances dataset decoded back to text, with [MASK]s shown."""
-    from pathlib import Path
-
-    import pyarrow.parquet as pq
-
-    from data_jobs.common import UserError
-    from data_jobs.schema import Manifest
-    from data_jobs.tokenization import read_vocab
-
-    d = Path(dataset_dir)
-    m = Manifest.read(d)
-    if m.kind != "instances":
-        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected instances")
-    vocab = read_vocab(m.totals["vocab_file"])
-    task = m.totals.get("sentence_task", "nsp")
-    out: list[str] = []
-    for entry in m.files:
-        if len(out) >= n:
-            break
-        for batch in pq.ParquetFile(d / entry.name).iter_batches(batch_size=n - len(out)):
-            out.extend(format_instance(r, vocab, task) for r in batch.to_pylist())
-            break
-    return out
+# Reading instances back as text lives beside this module; re-exported as part of its API.
+from data_jobs.instance_text import decode_examples, format_instance  # noqa: E402,F401
