@@ -3,6 +3,7 @@ rerun skipping, repair of a damaged output, bad input, the CLI."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -104,6 +105,14 @@ def test_bad_inputs(ray_local, inputs, tmp_path, capsys):
     vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(write_tiny_vocab(tmp_path / "t.txt", ["x"]))))
     with pytest.raises(UserError, match="another vocab"):
         run(cfg)
+    # a shard file damaged in place (same size): the worker's one-line error reaches the caller
+    bad_shards = tmp_path / "bad_shards"
+    shutil.copytree(inputs / "shards", bad_shards)
+    victim = bad_shards / "shard-00001.parquet"
+    victim.write_bytes(b"\0" * victim.stat().st_size)
+    with pytest.raises(UserError, match="shard-00001.parquet: cannot read document shard"):
+        run(_cfg(inputs, "bad", shards_dir=str(bad_shards)))
+    assert not (inputs / "bad" / "manifest.json").exists()
     # CLI: one line, exit 2, for a missing shards dir, an invalid option and a non-documents dataset
     capsys.readouterr()
     args = ["--vocab-dir", str(inputs / "vocab"), "--output-dir", str(tmp_path / "o")]
