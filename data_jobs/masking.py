@@ -76,22 +76,46 @@ def _choose_whole_words(cand_T, is_cont_T, pos_T, inst_T, k_N, rng) -> np.ndarra
     word_inst_G = inst_T[starts_T]
     word_size_G = np.bincount(group_T[cand_T], minlength=G)
     keys_G = rng.random(G)
-    order_G = np.lexsort((keys_G, word_inst_G))
+    order_G = np.argsort(word_inst_G + keys_G * 0.5)  # by instance, then key (one float sort key)
+    accepted_S = _greedy_fill(word_inst_G[order_G], word_size_G[order_G], k_N)
     chosen_words = np.zeros(G, dtype=bool)
-    inst_of = word_inst_G[order_G].tolist()
-    sizes = word_size_G[order_G].tolist()
-    k_list = k_N.tolist()
-    total, current = 0, -1
-    for j, (i, size) in enumerate(zip(inst_of, sizes)):
-        if i != current:
-            current, total = i, 0
-        if total >= k_list[i] or total + size > k_list[i]:
-            continue
-        total += size
-        chosen_words[order_G[j]] = True
+    chosen_words[order_G[accepted_S]] = True
     chosen_T = np.zeros(len(cand_T), dtype=bool)
     chosen_T[cand_T] = chosen_words[group_T[cand_T]]
     return chosen_T
+
+
+def _greedy_fill(inst_S: np.ndarray, size_S: np.ndarray, k_N: np.ndarray) -> np.ndarray:
+    """The original's loop over words in shuffled order (S = words sorted by instance, then key):
+    stop once the budget k is reached, skip a word that would overshoot it, take it otherwise.
+
+    Vectorised: every word whose running total stays within k is taken (one pass); then, for
+    instances with budget r left after the first overshoot, each further pass takes the next word of
+    size <= r. Passes are few: r only shrinks, and most words are single pieces.
+    """
+    S, N = len(inst_S), len(k_N)
+    first = np.flatnonzero(np.r_[True, inst_S[1:] != inst_S[:-1]]) if S else np.zeros(0, np.int64)
+    csum = np.cumsum(size_S)
+    run_start = np.repeat(csum[first] - size_S[first], np.diff(np.r_[first, S]))
+    taken_S = (csum - run_start) <= k_N[inst_S]  # running totals only grow: a prefix per instance
+    left_N = k_N - np.bincount(inst_S, weights=size_S * taken_S, minlength=N).astype(np.int64)
+    over = np.flatnonzero(~taken_S)
+    ptr_N = np.full(N, S, dtype=np.int64)  # last word looked at
+    over_first = over[np.r_[True, inst_S[over[1:]] != inst_S[over[:-1]]]] if len(over) else over
+    ptr_N[inst_S[over_first]] = over_first
+    rest = over[left_N[inst_S[over]] > 0]
+    while len(rest):
+        i_rest = inst_S[rest]
+        fits = rest[(size_S[rest] <= left_N[i_rest]) & (rest > ptr_N[i_rest])]
+        if not len(fits):
+            break
+        pick = fits[np.r_[True, inst_S[fits[1:]] != inst_S[fits[:-1]]]]  # first fitting word each
+        taken_S[pick] = True
+        left_N[inst_S[pick]] -= size_S[pick]
+        ptr_N[inst_S[pick]] = pick
+        i_rest = inst_S[rest]
+        rest = rest[(left_N[i_rest] > 0) & (rest > ptr_N[i_rest])]
+    return taken_S
 
 
 def mask_batch(

@@ -325,3 +325,22 @@ def test_pool_regions_make_random_starts_uniform_and_leave_a_tail():
     assert counts.min() >= 3 and counts.max() <= 35, counts
     short = pool_sample(_IdTokenizer(), [doc[:3], []], [1, 2], 60, 10, random.Random(0))
     assert short.num_docs == 1 and short.starts_D.tolist() == [3]  # short documents enter whole
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 4)), max_size=60), st.lists(st.integers(1, 8), min_size=6,
+                                                                                         max_size=6))
+def test_vectorised_whole_word_greedy_equals_the_original_loop(words, budgets):
+    from data_jobs.masking import _greedy_fill
+
+    words = sorted(words, key=lambda w: w[0])  # (instance, size) in shuffled order within instance
+    inst = np.array([w[0] for w in words], dtype=np.int64)
+    size = np.array([w[1] for w in words], dtype=np.int64)
+    k = np.array(budgets, dtype=np.int64)
+    expected = []
+    totals = [0] * len(k)
+    for i, s in words:  # the original: break at the budget, skip words that would overshoot it
+        ok = not (totals[i] >= k[i] or totals[i] + s > k[i])
+        totals[i] += s if ok else 0
+        expected.append(ok)
+    assert _greedy_fill(inst, size, k).tolist() == expected
