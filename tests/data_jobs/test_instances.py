@@ -241,6 +241,12 @@ def test_round_invariants(docs, max_seq, task, prob, max_pred, wwm, seed):
         for p, lab in zip(pos, labels):
             orig[p] = lab
         assert all(orig[i] == ids[i] for i in range(n) if i not in set(pos))
+        if wwm:  # a word is masked whole: a piece is masked iff its neighbours in the word are
+            cand = [i for i in range(1, n - 1) if i != a_len - 1]
+            masked = set(pos)
+            for prev, cur in zip(cand, cand[1:]):
+                if IS_CONT[orig[cur]]:
+                    assert (prev in masked) == (cur in masked)
         a = orig[1:a_len - 1]
         b = orig[a_len:-1]
         assert CLS not in a + b and SEP not in a + b and len(a) >= 1

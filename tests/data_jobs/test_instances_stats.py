@@ -162,3 +162,18 @@ def test_same_distributions_as_the_original(ours_full_length, reference_full_len
     tv = 0.5 * sum(abs(ours_hist[b] / raw["instances"] - ref_hist[b] / len(rows))
                    for b in set(ours_hist) | set(ref_hist))
     assert tv < 0.02, (ours_hist, ref_hist)
+
+
+def test_sop_and_whole_word_masking_on_real_text(corpus):
+    v, td, pool = corpus
+    is_cont = np.array([t.startswith("##") for t in v.tokens()])
+    ctx = ShardContext(td, None, PairParams(SEQ, 0.1, "sop"), 0.15, MAX_PRED, v.vocab_size, v.cls_id, v.sep_id,
+                       v.mask_id, 7, 0, is_cont)
+    raw = new_stats()
+    for r in range(2):
+        raw = merge_stats(raw, round_table(ctx, r)[2])
+    s = summarize_stats(raw, 32, SEQ)
+    assert abs(s["sentence_label_1_fraction"] - 0.5) < 4 * math.sqrt(0.25 / raw["instances"])  # a fair swap coin
+    # whole words: the budget is rarely missed by more than a piece or two
+    expected = sum(min(MAX_PRED, max(1, round(int(n) * 0.15))) * c for n, c in s["length_counts"].items())
+    assert 0.93 * expected <= s["mean_predictions"] * raw["instances"] <= expected
