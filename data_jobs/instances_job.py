@@ -57,7 +57,8 @@ def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]
         import pyarrow as pa
 
         table = table.take(pa.array(rows, type=pa.int64()))
-    return table.column("sentences").to_pylist()
+    # A null sentence (the schema allows it) counts as empty: it tokenizes to nothing and is dropped.
+    return [[x or "" for x in doc] for doc in table.column("sentences").to_pylist()]
 
 
 def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, seed: int,
@@ -180,18 +181,16 @@ def _reusable(out: Path, shard: int, key: dict) -> dict | None:
 
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
-    from tqdm import tqdm
-
-    from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
-
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
     existing = _check_output(out, cfg, vocab) if out.is_dir() else None
     key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
-    if existing is not None and existing.totals.get("input_hash") == input_hash \
-            and not existing.verify_files(out, deep=True):
-        return existing
+    if existing is not None:
+        if existing.totals.get("input_hash") == input_hash and not existing.verify_files(out, deep=True):
+            return existing
+        # About to change files: the old manifest must not vouch for a half-updated directory.
+        (out / MANIFEST_NAME).unlink()
     out.mkdir(parents=True, exist_ok=True)
     shard_paths = [str(Path(cfg.shards_dir) / f.name) for f in shard_files]
     records: dict[int, dict] = {}
@@ -202,6 +201,24 @@ def run(cfg: InstancesConfig) -> Manifest:
     todo = [s for s in range(len(shard_paths)) if s not in records]
     if todo:
         records.update(_run_ray(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
+    _remove_orphans(out, records)
+    return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
+
+
+def _remove_orphans(out: Path, records: dict[int, dict]) -> None:
+    """Drop part files of an earlier input (e.g. more shards then) that this result does not list."""
+    keep = {f["name"] for rec in records.values() for f in rec["files"]} | {done_name(s) for s in records}
+    for p in list(out.glob("part-*.parquet")) + list(out.glob("part-*.done.json")):
+        if p.name not in keep:
+            p.unlink()
+
+
+def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, dict], input_hash: str,
+                    n_shards: int, out: Path) -> Manifest:
+    from tqdm import tqdm
+
+    from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
+
     stats = new_stats()
     files: list[dict] = []
     documents = 0
@@ -211,7 +228,7 @@ def run(cfg: InstancesConfig) -> Manifest:
         documents += records[s]["documents"]
     totals = {
         "instances": stats["instances"], "tokens": stats["tokens"], "documents": documents,
-        "shards": len(shard_paths), "vocab_size": vocab.vocab_size, "vocab_file": str(vocab.vocab_file),
+        "shards": n_shards, "vocab_size": vocab.vocab_size, "vocab_file": str(vocab.vocab_file),
         "lowercase": vocab.lowercase, "max_seq_length": cfg.max_seq_length,
         "max_predictions_per_seq": cfg.max_predictions_per_seq, "masked_lm_prob": cfg.masked_lm_prob,
         "dupe_factor": cfg.dupe_factor, "whole_word_masking": cfg.whole_word_masking,

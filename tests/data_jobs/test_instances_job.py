@@ -137,3 +137,19 @@ def test_cli_config_file_and_module_entry(ray_local, inputs, tmp_path):
     res = subprocess.run([sys.executable, "-m", "data_jobs.instances_job", "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "--shards-dir" in res.stdout
     json.loads((tmp_path / "out" / "manifest.json").read_text())
+
+
+def test_changed_input_is_remade_and_old_parts_removed(ray_local, inputs, tmp_path, shared_data):
+    shards = tmp_path / "shards"
+    docs = bert_sample_documents(shared_data)
+    write_documents(shards, docs * 3, num_shards=4)
+    cfg = _cfg(inputs, "changing", shards_dir=str(shards), dupe_factor=1)
+    first = run(cfg)
+    assert {f.meta["shard"] for f in first.files} == {0, 1, 2, 3}
+    shutil.rmtree(shards)
+    write_documents(shards, docs, num_shards=2)  # same path and config, other content
+    second = run(cfg)
+    out = inputs / "changing"
+    assert second.totals["input_hash"] != first.totals["input_hash"] and second.totals["shards"] == 2
+    assert sorted(p.name for p in out.glob("part-*.parquet")) == [f.name for f in second.files]
+    assert not list(out.glob("part-0000[23]*"))
