@@ -79,6 +79,9 @@ class VocabConfig(StrictModel):
     def _source(self) -> "VocabConfig":
         if not self.vocab_file and not self.shards_dir:
             raise ValueError("give shards_dir (to train a vocab) or vocab_file (to adopt one)")
+        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in self.special_tokens]
+        if missing:
+            raise ValueError(f"special_tokens must include {' '.join(missing)}")
         return self
 
 

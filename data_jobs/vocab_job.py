@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from data_jobs.common import UserError, atomic_path, build_config, load_config, run_main
+from data_jobs.common import UserError, atomic_path, build_config, load_config, run_main, stable_hash
 from data_jobs.config import VocabConfig
 from data_jobs.schema import MANIFEST_NAME, Manifest, file_entry
-from data_jobs.tokenization import SPECIAL_TOKENS, VOCAB_FILE, read_vocab, vocab_info
+from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
 
 def iter_shard_sentences(shards_dir: str | Path, batch_rows: int = 1024) -> Iterator[list[str]]:
@@ -65,9 +66,6 @@ def train_vocab(cfg: VocabConfig, target: Path) -> None:
     """
     from tokenizers import BertWordPieceTokenizer
 
-    missing = [s for s in SPECIAL_TOKENS if s not in cfg.special_tokens]
-    if missing:
-        raise UserError(f"special_tokens: must include {' '.join(missing)}")
     alphabet = kept_alphabet(cfg)
     if not alphabet:
         raise UserError(f"{cfg.shards_dir}: no text to train a vocab on")
@@ -81,7 +79,7 @@ def train_vocab(cfg: VocabConfig, target: Path) -> None:
         initial_alphabet=alphabet,
         special_tokens=list(cfg.special_tokens) + ["##" + c for c in alphabet],
         wordpieces_prefix="##",
-        show_progress=False,
+        show_progress=sys.stderr.isatty(),  # the trainer's own progress bar, for people at a terminal
     )
     vocab = tok.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)
@@ -89,25 +87,34 @@ def train_vocab(cfg: VocabConfig, target: Path) -> None:
         tmp.write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
 
 
+def _source_hash(cfg: VocabConfig) -> str:
+    """What the vocab is made from: the adopted file's tokens, or the documents dataset's manifest."""
+    if cfg.vocab_file:
+        return vocab_hash(cfg.vocab_file)
+    d = Path(cfg.shards_dir)
+    if not d.is_dir():
+        raise UserError(f"{d}: shards directory not found")
+    return stable_hash(Manifest.read(d).model_dump(mode="json"))
+
+
 def run(cfg: VocabConfig) -> Manifest:
     """Write the vocab dataset of ``cfg`` (skipped when an identical one is already there)."""
     out = Path(cfg.output_dir)
     target = out / VOCAB_FILE
+    source = _source_hash(cfg)  # validates an adopted vocab before anything is written
     if (out / MANIFEST_NAME).is_file():
         m = Manifest.read(out)
         if m.kind != "vocab" or m.config_hash != cfg.config_hash():
             raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
                             f"!= {cfg.config_hash()}); use another output_dir or delete it")
-        if not m.verify_files(out):
+        if m.totals.get("source_hash") == source and not m.verify_files(out):
             return m
+        (out / MANIFEST_NAME).unlink()  # the source changed: remake, never vouch for a stale vocab
     out.mkdir(parents=True, exist_ok=True)
     if cfg.vocab_file:
-        read_vocab(cfg.vocab_file)  # validate before copying
         with atomic_path(target) as tmp:
             shutil.copyfile(cfg.vocab_file, tmp)
     else:
-        if not Path(cfg.shards_dir).is_dir():
-            raise UserError(f"{cfg.shards_dir}: shards directory not found")
         train_vocab(cfg, target)
     info = vocab_info(target, cfg.lowercase)
     manifest = Manifest(
@@ -119,7 +126,7 @@ def run(cfg: VocabConfig) -> Manifest:
         totals={"vocab_size": info.vocab_size, "lowercase": cfg.lowercase, "vocab_file": str(info.vocab_file),
                 "special_ids": {"[PAD]": info.pad_id, "[UNK]": info.unk_id, "[CLS]": info.cls_id,
                                 "[SEP]": info.sep_id, "[MASK]": info.mask_id},
-                "continuation_pieces": sum(t.startswith("##") for t in info.tokens())},
+                "continuation_pieces": sum(t.startswith("##") for t in info.tokens()), "source_hash": source},
     )
     manifest.write(out)
     return manifest

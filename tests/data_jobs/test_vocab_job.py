@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from data_jobs.common import UserError
+from data_jobs.common import UserError, build_config
 from data_jobs.config import VocabConfig
 from data_jobs.schema import Manifest
 from data_jobs.tokenization import load_vocab_dir, read_vocab, wordpiece_tokenizer
@@ -59,8 +59,9 @@ def test_bad_inputs(tmp_path, capsys):
     assert "shards_dir" in capsys.readouterr().err
     assert main(["--shards-dir", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "o")]) == 2
     assert "not found" in capsys.readouterr().err
-    with pytest.raises(UserError, match="special_tokens"):
-        run(VocabConfig(shards_dir=str(tmp_path), output_dir=str(tmp_path / "o2"), special_tokens=["[PAD]"]))
+    with pytest.raises(UserError, match="special_tokens must include .*MASK"):
+        build_config(VocabConfig, {"shards_dir": str(tmp_path), "output_dir": str(tmp_path / "o2"),
+                                   "special_tokens": ["[PAD]"]})
 
 
 def test_cli_adopts_tiny_vocab(tmp_path, capsys):
@@ -68,3 +69,13 @@ def test_cli_adopts_tiny_vocab(tmp_path, capsys):
     assert main(["--vocab-file", str(src), "--output-dir", str(tmp_path / "o"), "--no-lowercase"]) == 0
     m = Manifest.read(tmp_path / "o")
     assert m.config["lowercase"] is False and m.files[0].name == "vocab.txt" and m.files[0].rows == 7
+
+
+def test_changed_source_is_remade(tmp_path):
+    src = write_tiny_vocab(tmp_path / "tiny.txt", ["a", "b"])
+    cfg = VocabConfig(output_dir=str(tmp_path / "o"), vocab_file=str(src))
+    first = run(cfg)
+    write_tiny_vocab(src, ["a", "b", "c"])  # same path, same config, other tokens
+    second = run(cfg)
+    assert second.vocab_hash != first.vocab_hash and second.totals["vocab_size"] == 8
+    assert read_vocab(tmp_path / "o" / "vocab.txt")[-1] == "c"
