@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import random
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
@@ -83,6 +84,7 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     from data_jobs.instance_stats import merge_stats, new_stats
     from data_jobs.instances import PairParams, ShardContext, round_table, tokenize_documents
 
+    cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
     docs = _read_documents(shard_path)
     tok = wordpiece_tokenizer(vocab["vocab_file"], vocab["lowercase"])
@@ -125,7 +127,7 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     # "worker" is diagnostics (benchmarks read the peak memory); nothing downstream depends on it.
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
-              "worker": {"peak_rss_mb": round(peak_mb, 1)}}
+              "worker": {"peak_rss_mb": round(peak_mb, 1), "cpu_s": round(time.process_time() - cpu0, 3)}}
     write_json_atomic(out / done_name(shard), record)
     return record
 
@@ -198,7 +200,9 @@ def run(cfg: InstancesConfig) -> Manifest:
         rec = _reusable(out, s, key)
         if rec is not None:
             records[s] = rec
-    todo = [s for s in range(len(shard_paths)) if s not in records]
+    # Largest shards first: with few, uneven shards (books are single documents) this shortens the
+    # longest worker's queue; the output does not depend on the order.
+    todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
         records.update(_run_ray(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
     _remove_orphans(out, records)
