@@ -112,9 +112,19 @@ class CheckpointManager:
         rng_file = path / "rng" / f"rank_{self.rank:05d}.pt"
         if not rng_file.is_file():
             raise UserError(f"{path}: no RNG state for rank {self.rank} (saved with another world size?)")
-        engine.load(path / "engine")
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        try:
+            engine.load(path / "engine")
+            set_rng_state(torch.load(rng_file, weights_only=False))
+        except UserError:
+            raise
+        except Exception as err:  # a damaged file surfaces as one of many exception types
+            raise UserError(f"{path}: corrupt checkpoint: {_first_line(err)}") from None
         return state
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -165,8 +175,10 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
 
     try:
         weights = consolidated_state_dict(ckpt / "engine", state.get("engine", "torch"), int(state.get("zero_stage", 0)))
-    except (OSError, RuntimeError, KeyError, ValueError) as err:
-        raise UserError(f"{ckpt}: cannot read the weights: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    except UserError:
+        raise
+    except Exception as err:  # torch.load/DeepSpeed raise many types for a truncated or damaged file
+        raise UserError(f"{ckpt}: cannot read the weights: {_first_line(err)}") from None
     model = BertForPreTraining(mc)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if k != "cls.predictions.decoder.weight"]  # tied: one copy suffices
