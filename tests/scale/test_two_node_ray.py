@@ -1,0 +1,132 @@
+"""The data jobs and Ray Train + DeepSpeed on a real two-node Ray cluster (head + worker node on
+127.0.0.1, token auth on), against single-node runs; and the worker node killed mid instance job.
+
+Every job runs as its CLI in a subprocess joining the cluster with ``--ray-address``, as it would on a
+real cluster; which node ran which task is read back from Ray's state API. The tests run in file order
+and share one cluster: the node-failure test is last because it kills the worker node.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scale_support import REPO, base_env, run_cli, tree_bytes, write_corpus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NUM_SHARDS = 6
+INSTANCE_FLAGS = ["--max-seq-length", "32", "--max-predictions-per-seq", "5", "--dupe-factor", "6",
+                  "--random-pool-docs", "40", "--seed", "3", "--num-workers", "2"]
+
+REFERENCE = """
+import sys
+from data_jobs.common import build_config
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from data_jobs import instances_job, shard_job, vocab_job
+corpus, root = sys.argv[1:3]
+shard_job.run(build_config(ShardConfig, dict(inputs=[corpus], input_format="bert", output_dir=root + "/docs",
+                                             num_shards=%d, num_workers=1)))
+vocab_job.run(build_config(VocabConfig, dict(shards_dir=root + "/docs", output_dir=root + "/vocab",
+                                             vocab_size=120, min_frequency=1)))
+instances_job.run(build_config(InstancesConfig, dict(shards_dir=root + "/docs", vocab_dir=root + "/vocab",
+    output_dir=root + "/inst", max_seq_length=32, max_predictions_per_seq=5, dupe_factor=6, random_pool_docs=40,
+    seed=3, num_workers=1)))
+""" % NUM_SHARDS
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "text", files=4, docs_per_file=40)
+
+
+@pytest.fixture(scope="module")
+def single_node(corpus, tmp_path_factory) -> Path:
+    """Shard, vocab and instances on a single-node local Ray cluster (1 worker): the reference."""
+    root = tmp_path_factory.mktemp("single")
+    _ok(run_cli(["-c", REFERENCE, str(corpus), str(root)], base_env(), timeout=240))
+    return root
+
+
+def _instances_cmd(cluster, docs: Path, vocab: Path, out: Path) -> list[str]:
+    return ["-m", "data_jobs.instances_job", "--shards-dir", str(docs), "--vocab-dir", str(vocab),
+            "--output-dir", str(out), "--ray-address", cluster.address, *INSTANCE_FLAGS]
+
+
+def test_shard_job_spans_both_nodes_and_matches_single_node(two_node_cluster, corpus, single_node, tmp_path_factory):
+    cluster = two_node_cluster
+    before = set(cluster.task_nodes())
+    out = tmp_path_factory.mktemp("two") / "docs"
+    _ok(run_cli(["-m", "data_jobs.shard_job", "--input", str(corpus), "--format", "bert", "--output-dir", str(out),
+                 "--num-shards", str(NUM_SHARDS), "--num-workers", "2", "--ray-address", cluster.address], cluster.env))
+    jobs = cluster.task_nodes(exclude_jobs=before)
+    assert len(jobs) == 1, jobs
+    assert {node for _, node in next(iter(jobs.values()))} == set(cluster.node_ids().values()), jobs
+    ref = single_node / "docs"
+    assert tree_bytes(out) == tree_bytes(ref) and len(tree_bytes(ref)) == NUM_SHARDS
+    a, b = json.loads((out / "manifest.json").read_text()), json.loads((ref / "manifest.json").read_text())
+    assert a["files"] == b["files"] and a["totals"] == b["totals"]
+
+
+def test_instances_job_spans_both_nodes_and_matches_single_node(two_node_cluster, single_node, tmp_path_factory):
+    cluster = two_node_cluster
+    before = set(cluster.task_nodes())
+    out = tmp_path_factory.mktemp("two") / "inst"
+    _ok(run_cli(_instances_cmd(cluster, single_node / "docs", single_node / "vocab", out), cluster.env))
+    jobs = cluster.task_nodes(exclude_jobs=before)
+    assert len(jobs) == 1, jobs
+    nodes = {node for name, node in next(iter(jobs.values())) if name == "process_shard"}
+    assert nodes == set(cluster.node_ids().values()), jobs
+    ref = tree_bytes(single_node / "inst")
+    assert len(ref) >= NUM_SHARDS and tree_bytes(out) == ref
+
+
+@pytest.mark.deepspeed
+def test_ray_train_deepspeed_one_worker_per_node(two_node_cluster, tmp_path):
+    """Two Ray Train workers with 1 CPU each on nodes with 1 CPU each: one per node, by construction;
+    the state API confirms it. ZeRO-2 over gloo between the two nodes."""
+    sys.path.insert(0, str(REPO / "tests" / "bert_core"))
+    from train_helpers import write_dataset
+
+    cluster = two_node_cluster
+    data = write_dataset(tmp_path / "data", n=64, vocab_size=100, max_seq=32)
+    out = tmp_path / "run"
+    _ok(run_cli(["-m", "bert_core.train", "--launcher", "ray", "--ray-address", cluster.address, "--num-workers", "2",
+                 "--engine", "deepspeed", "--zero-stage", "2", "--data-dir", str(data), "--output-dir", str(out),
+                 "--micro-batch-size", "4", "--max-steps", "3", "--save-every", "3", "--log-every", "1",
+                 "--lr", "1e-3", "--dropout", "0.0"], cluster.env, timeout=300))
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    state = json.loads((out / "checkpoints" / "step_00000003" / "trainer_state.json").read_text())
+    assert state["world_size"] == 2 and state["zero_stage"] == 2
+    tasks = set().union(*cluster.task_nodes().values())
+    workers = {node for name, node in tasks if "RayTrainWorker" in name and "__init__" in name}
+    assert workers == set(cluster.node_ids().values()), sorted(tasks)
+
+
+def test_worker_node_killed_mid_instance_job(two_node_cluster, single_node, tmp_path):
+    """SIGKILL the worker node (raylet, its workers, agents) once the first shard of the instance job
+    is done: the lost task is retried on the head, and the output is byte-identical."""
+    cluster = two_node_cluster
+    worker_id = cluster.node_ids()["worker_node"]
+    out = tmp_path / "inst"
+    log = open(tmp_path / "job.log", "w")
+    proc = subprocess.Popen([sys.executable, *_instances_cmd(cluster, single_node / "docs", single_node / "vocab", out)],
+                            env=cluster.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not list(out.glob("part-*.done.json")):
+        time.sleep(0.05)
+    done_at_kill = len(list(out.glob("part-*.done.json")))
+    cluster.kill_worker()
+    assert proc.wait(timeout=240) == 0, (tmp_path / "job.log").read_text()[-4000:]
+    assert 1 <= done_at_kill < NUM_SHARDS, f"the kill did not land mid-job ({done_at_kill} shards done)"
+    assert worker_id not in cluster.node_ids().values()
+    assert tree_bytes(out) == tree_bytes(single_node / "inst")
