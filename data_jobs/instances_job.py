@@ -310,21 +310,17 @@ def _unwrap(ray, ref):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bertflow data instances", description=__doc__.split("\n")[0])
     p.add_argument("--config", help="YAML file with InstancesConfig keys (flags override it)")
-    p.add_argument("--shards-dir", help="documents dataset (output of the shard job)")
-    p.add_argument("--vocab-dir", help="vocab dataset (output of the vocab job)")
-    p.add_argument("--output-dir", help="directory receiving the instance files and manifest.json")
-    p.add_argument("--max-seq-length", type=int)
-    p.add_argument("--max-predictions-per-seq", type=int)
-    p.add_argument("--masked-lm-prob", type=float)
-    p.add_argument("--dupe-factor", type=int)
-    p.add_argument("--short-seq-prob", type=float)
-    p.add_argument("--whole-word-masking", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--sentence-task", choices=["nsp", "sop", "none"])
-    p.add_argument("--seed", type=int)
-    p.add_argument("--length-bin-size", type=int)
-    p.add_argument("--random-pool-docs", type=int)
-    p.add_argument("--num-workers", type=int, help="parallel Ray tasks (never changes the output)")
-    p.add_argument("--ray-address", help="existing Ray cluster ('auto', 'ray://host:10001'); default: local")
+    types = {"whole_word_masking": None, "sentence_task": str}
+    for name, field in InstancesConfig.model_fields.items():
+        default = "" if field.is_required() else f" (default: {field.default})"
+        text = (field.description + default).replace("%", "%%")  # argparse formats help with %
+        flag = "--" + name.replace("_", "-")
+        if name == "whole_word_masking":
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            kind = types.get(name) or (field.annotation if field.annotation in (int, float) else str)
+            choices = ["nsp", "sop", "none"] if name == "sentence_task" else None
+            p.add_argument(flag, type=kind, choices=choices, help=text)
     return p
 
 

@@ -135,14 +135,16 @@ def run(cfg: VocabConfig) -> Manifest:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bertflow data vocab", description=__doc__.split("\n")[0])
     p.add_argument("--config", help="YAML file with VocabConfig keys (flags override it)")
-    p.add_argument("--shards-dir", help="documents dataset to train on")
-    p.add_argument("--output-dir", help="directory receiving vocab.txt and manifest.json")
-    p.add_argument("--vocab-file", help="adopt this existing vocab.txt instead of training")
-    p.add_argument("--vocab-size", type=int, help="target vocabulary size (default 30522)")
-    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
-                   help="uncased (default) or --no-lowercase for a cased vocab")
-    p.add_argument("--min-frequency", type=int)
-    p.add_argument("--limit-alphabet", type=int)
+    for name, field in VocabConfig.model_fields.items():
+        if name == "special_tokens":  # a list: set it in the YAML file
+            continue
+        default = "" if field.is_required() else f" (default: {field.default})"
+        text = (field.description + default).replace("%", "%%")
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            p.add_argument(flag, type=int if field.annotation is int else str, help=text)
     return p
 
 
