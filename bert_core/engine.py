@@ -183,6 +183,8 @@ class DeepSpeedEngine:
             dist_init_required=False,
         )
         self.model = self.engine.module
+        if config.optimizer == "lamb":
+            _check_per_layer(optimizer, self.model)
 
     def step(self, micro_batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:
         if len(micro_batches) != self.engine.gradient_accumulation_steps():
@@ -212,6 +214,17 @@ class DeepSpeedEngine:
         if path is None:
             raise UserError(f"{directory}: DeepSpeed could not load this checkpoint")
         return client_state or {}
+
+
+def _check_per_layer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+    """LAMB's trust ratio is per tensor: refuse to train if DeepSpeed handed it flattened buffers."""
+    got = sorted(tuple(p.shape) for g in optimizer.param_groups for p in g["params"])
+    want = sorted(tuple(p.shape) for p in model.parameters())
+    if got != want:
+        raise UserError(
+            "optimizer lamb: DeepSpeed gave it flattened buffers instead of per-layer tensors with this "
+            "configuration (the trust ratio would be per partition); use optimizer adamw or engine torch"
+        )
 
 
 def make_engine(model: BertForPreTraining, config: TrainConfig, world: World):

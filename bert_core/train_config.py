@@ -96,12 +96,14 @@ class TrainConfig(StrictModel):
             raise ValueError(f"unknown model preset {self.model!r}; choose one of {', '.join(PRESETS)}")
         if not isinstance(self.model, str) and self.model_overrides:
             raise ValueError("model_overrides only apply to a preset name, not to a full model mapping")
-        if self.optimizer == "lamb" and self.engine == "deepspeed" and (self.zero_stage > 0 or self.precision != "fp32"):
-            # ZeRO >= 1 (and DeepSpeed's bf16/fp16 wrappers) hand the optimizer flattened buffers, so a
-            # LAMB trust ratio would be computed per partition instead of per layer: silently wrong.
+        if self.optimizer == "lamb" and self.engine == "deepspeed" and self.zero_stage > 0:
+            # ZeRO >= 1 hands the optimizer one flattened partition per rank, so a LAMB trust ratio
+            # would be computed per partition instead of per layer: silently wrong. (At stage 0,
+            # DeepSpeed's bf16/fp16 wrapper keeps per-parameter fp32 copies for a client optimizer
+            # that is not its FusedAdam; the engine re-checks the shapes it actually got.)
             raise ValueError(
-                "optimizer lamb needs per-layer tensors: DeepSpeed ZeRO >= 1 and DeepSpeed bf16/fp16 give it "
-                "flattened partitions (trust ratio per partition, not per layer); use zero_stage 0 with fp32, "
+                "optimizer lamb needs per-layer tensors, but ZeRO >= 1 gives it flattened partitions "
+                "(trust ratio per partition, not per layer); use zero_stage 0 (plain data parallel), "
                 "engine torch, or optimizer adamw"
             )
         if self.engine == "torch" and self.zero_stage:

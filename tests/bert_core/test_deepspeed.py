@@ -128,3 +128,16 @@ def test_zero_checkpoint_consolidates_and_exports_to_transformers(zero_runs):
     fresh = BertForPreTraining(mc).state_dict()
     trained = model.state_dict()
     assert not torch.equal(fresh["bert.encoder.layer.0.attention.self.query.weight"], trained["bert.encoder.layer.0.attention.self.query.weight"])
+
+
+def test_lamb_bf16_zero0_keeps_per_layer_tensors(data, tmp_path):
+    """LAMB under DeepSpeed (stage 0, bf16): the engine checks DeepSpeed handed the client LAMB
+    per-layer fp32 tensors (its unfused bf16 wrapper), then trains; one local rank, gloo."""
+    out = tmp_path / "lamb"
+    cmd = [sys.executable, "-m", "bert_core.train", "--data-dir", str(data), "--output-dir", str(out),
+           "--engine", "deepspeed", "--zero-stage", "0", "--optimizer", "lamb", "--precision", "bf16",
+           "--max-steps", "3", "--save-every", "3", "--log-every", "1", "--micro-batch-size", "4", "--lr", "1e-2"]
+    _run(cmd, tmp_path / "lamb.log")
+    records = _metrics(out)
+    assert [r["step"] for r in records] == [1, 2, 3] and all(r["loss"] == r["loss"] for r in records)
+    assert json.loads((out / "checkpoints" / "step_00000003" / "ds_config.json").read_text())["bf16"]["enabled"]

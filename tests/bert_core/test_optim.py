@@ -79,8 +79,8 @@ def test_no_weight_decay_on_biases_and_layernorm():
 
 @pytest.mark.parametrize(
     "extra",
-    [{"engine": "deepspeed", "zero_stage": 1}, {"engine": "deepspeed", "zero_stage": 3},
-     {"engine": "deepspeed", "precision": "bf16"}],
+    [{"engine": "deepspeed", "zero_stage": 1}, {"engine": "deepspeed", "zero_stage": 2},
+     {"engine": "deepspeed", "zero_stage": 3, "precision": "bf16"}],
 )
 def test_lamb_is_refused_where_deepspeed_flattens_tensors(extra):
     with pytest.raises(UserError, match="lamb needs per-layer tensors"):
@@ -89,6 +89,7 @@ def test_lamb_is_refused_where_deepspeed_flattens_tensors(extra):
 
 def test_lamb_is_allowed_with_per_layer_tensors():
     build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "zero_stage": 0})
+    build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "precision": "bf16"})
     build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "torch", "precision": "bf16"})
     build_config(TrainConfig, {**BASE, "optimizer": "adamw", "engine": "deepspeed", "zero_stage": 3, "precision": "bf16"})
 
