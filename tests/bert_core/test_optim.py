@@ -126,3 +126,17 @@ def test_resume_hash_ignores_launch_fields_only():
     a = build_config(TrainConfig, BASE)
     assert a.resume_hash() == build_config(TrainConfig, {**BASE, "log_every": 3, "save_every": 7}).resume_hash()
     assert a.resume_hash() != build_config(TrainConfig, {**BASE, "lr": 3e-4}).resume_hash()
+
+
+def test_cluster_deepspeed_files_match_their_generator():
+    """cluster/deepspeed is generated from TrainConfig; a hand edit (or a config change) shows here."""
+    from pathlib import Path
+
+    from bert_core.cluster_configs import WORLD, generate
+    from data_jobs.common import load_config
+
+    root = Path(__file__).resolve().parents[2] / "cluster" / "deepspeed"
+    for name, text in generate().items():
+        assert (root / name).read_text() == text, f"{name} is stale: python -m bert_core.cluster_configs"
+    phase1 = load_config(TrainConfig, root / "bert_large_phase1_seq128.yaml")
+    assert phase1.global_batch(WORLD) == 65536 and phase1.build_model_config(30522).num_hidden_layers == 24
