@@ -78,17 +78,15 @@ def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, 
 def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict, out_dir: str,
                   key: dict) -> dict:
     """Make and write all instances of one shard; returns its done record (also written to disk)."""
-    import pyarrow.parquet as pq
+    import resource
 
-    from data_jobs.common import atomic_path
-    from data_jobs.instance_stats import merge_stats, new_stats
-    from data_jobs.instances import PairParams, ShardContext, round_table, tokenize_documents
+    from data_jobs.instances import PairParams, ShardContext, tokenize_documents
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
     docs = _read_documents(shard_path)
     tok = wordpiece_tokenizer(vocab["vocab_file"], vocab["lowercase"])
-    td = tokenize_documents(tok, docs, [(shard << 32) | i for i in range(len(docs))])
+    td = tokenize_documents(tok, docs, [(shard << 32) | i for i in range(len(docs))])  # once, for all rounds
     del docs
     is_cont = None
     if cfg.whole_word_masking:
@@ -98,12 +96,29 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
         cfg.max_predictions_per_seq, vocab["vocab_size"], vocab["cls_id"], vocab["sep_id"], vocab["mask_id"],
         cfg.seed, shard, is_cont,
     )
-    schema = instances_schema(vocab["vocab_size"])
     out = Path(out_dir)
+    rows, stats = _write_rounds(ctx, cfg, instances_schema(vocab["vocab_size"]), out, shard)
+    files = [file_entry(out / part_name(shard, u), rows[u], shard=shard, bin=u).model_dump() for u in sorted(rows)]
+    # "worker" is diagnostics (the benchmark reads it); nothing downstream depends on it.
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
+              "worker": {"peak_rss_mb": round(peak_mb, 1), "cpu_s": round(time.process_time() - cpu0, 3)}}
+    write_json_atomic(out / done_name(shard), record)
+    return record
+
+
+def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> tuple[dict[int, int], dict]:
+    """Run the dupe rounds, appending each round's instances to one file per length bin (one row group
+    per round); the files appear under their final names only when all rounds are written."""
+    import pyarrow.parquet as pq
+
+    from data_jobs.common import atomic_path
+    from data_jobs.instance_stats import merge_stats, new_stats
+    from data_jobs.instances import round_table
+
     stats = new_stats()
     rows: dict[int, int] = {}
     writers: dict[int, Any] = {}
-
     with ExitStack() as stack:
         try:
             for r in range(cfg.dupe_factor):
@@ -118,18 +133,10 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
                     part = table.take(np.flatnonzero(upper_N == upper)).cast(schema)
                     writers[upper].write_table(part)
                     rows[upper] = rows.get(upper, 0) + part.num_rows
-        finally:
+        finally:  # close before atomic_path renames (success) or deletes (failure) the files
             for w in writers.values():
                 w.close()
-    files = [file_entry(out / part_name(shard, u), rows[u], shard=shard, bin=u).model_dump() for u in sorted(rows)]
-    import resource
-
-    # "worker" is diagnostics (benchmarks read the peak memory); nothing downstream depends on it.
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
-              "worker": {"peak_rss_mb": round(peak_mb, 1), "cpu_s": round(time.process_time() - cpu0, 3)}}
-    write_json_atomic(out / done_name(shard), record)
-    return record
+    return rows, stats
 
 
 # ---------------------------------------------------------------- driver side
