@@ -106,6 +106,25 @@ def test_intrinsic_curve_over_checkpoints(ray_local, pretrain_run, tmp_path):
     assert (tmp_path / "curve.png").stat().st_size > 1000 and "| 40 |" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.ray
+def test_user_error_inside_a_ray_task_reaches_the_driver(ray_local, pretrain_run, tmp_path):
+    """A checkpoint whose weights are damaged fails inside its Ray task; the driver gets the one-line error."""
+    import shutil
+
+    from data_jobs.common import UserError
+    from bert_core.evaluation.intrinsic import run_intrinsic
+
+    run_dir, held_out = pretrain_run
+    broken = tmp_path / "run"
+    shutil.copytree(run_dir, broken)
+    (broken / "checkpoints/step_00000040/engine/model.pt").write_bytes(b"not a torch file")
+    cfg = IntrinsicConfig(model_path=str(broken), instances_dir=str(held_out), output_dir=str(tmp_path / "out"),
+                          show_progress=False)
+    with pytest.raises(UserError, match="step_00000040: cannot read the weights"):
+        run_intrinsic(cfg)
+    assert not (tmp_path / "out" / "results.json").exists()  # nothing that looks finished
+
+
 def test_cli_runs_and_rejects_bad_input(tiny_hf, shared_data, tmp_path, capsys):
     base = ["glue", "--model", str(tiny_hf), "--output-dir", str(tmp_path / "out"), "--no-ray", "--no-progress"]
     glue_dir = str(shared_data / "glue")
