@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
-from data_jobs.common import UserError, build_config, load_yaml, run_main
+from data_jobs.common import build_config, load_yaml, run_main
 from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 
 
@@ -59,12 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertflow eval", description="Evaluate a BERT checkpoint or HF directory.")
     sub = parser.add_subparsers(dest="kind", required=True, metavar="{glue,squad,ner,intrinsic}")
     g = sub.add_parser("glue", help="fine-tune and score GLUE tasks")
-    _common(g), _finetune(g)
+    _common(g)
+    _finetune(g)
     g.add_argument("--glue-dir", help="directory with one folder per task")
     g.add_argument("--tasks", type=_strs, help="comma-separated, e.g. SST-2,MRPC,STS-B")
     g.add_argument("--no-test-predictions", dest="write_test_predictions", action="store_const", const=False)
     s = sub.add_parser("squad", help="fine-tune and score SQuAD v1.1")
-    _common(s), _finetune(s)
+    _common(s)
+    _finetune(s)
     s.add_argument("--dev-file", help="dev-v1.1.json")
     s.add_argument("--train-file", help="train-v1.1.json (default: split dev by article)")
     s.add_argument("--train-articles", type=int, help="with no train file: first N dev articles train")
@@ -74,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-query-length", type=int)
     s.add_argument("--max-answer-length", type=int)
     n = sub.add_parser("ner", help="CoNLL-2003 NER: fine-tuning and feature-based BiLSTM")
-    _common(n), _finetune(n)
+    _common(n)
+    _finetune(n)
     n.add_argument("--conll-dir", help="directory with train.txt, valid.txt, test.txt")
     n.add_argument("--modes", type=_strs, help="finetune,feature")
     n.add_argument("--eval-split", choices=["valid", "test"])
@@ -137,5 +140,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-__all__ = ["main", "build_parser", "UserError"]

@@ -12,7 +12,7 @@ from bert_core.evaluation import glue
 from bert_core.evaluation.config import GlueConfig
 from bert_core.evaluation.metrics import PRIMARY_METRIC, glue_metrics
 from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import run_jobs, worker_threads
+from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 
 def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
@@ -69,7 +69,7 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
     train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
     set_seed(seed)
     stats = fit(model, train, lambda m, b: classification_loss(m(**forward_inputs(b)), b["labels"]),
-                cfg, lr, seed, device)
+                cfg, lr, seed, device, progress=_progress(cfg))
     runs = []
     for name, path in dev_paths.items():
         examples = glue.read_examples(spec, path, cfg.max_eval_examples)

@@ -9,7 +9,7 @@ from bert_core.evaluation import ner
 from bert_core.evaluation.config import NerConfig
 from bert_core.evaluation.metrics import ner_metrics
 from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import run_jobs, worker_threads
+from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 NAMES = {"finetune": "CoNLL-2003 fine-tune", "feature": "CoNLL-2003 feature-based"}
 
@@ -45,7 +45,7 @@ def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, devic
     train_data, _ = ner.encode_sentences(tok, train, labels, cfg.max_seq_length)
     set_seed(seed)
     stats = fit(model, train_data, lambda m, b: token_classification_loss(m(**forward_inputs(b)), b["labels"]),
-                cfg, lr, seed, device)
+                cfg, lr, seed, device, progress=_progress(cfg))
     eval_data, first = ner.encode_sentences(tok, scored, labels, cfg.max_seq_length)
     outs = predict(model, eval_data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device)
     return ner.tags_from_token_logits([row for o in outs for row in o], first, labels), stats
@@ -73,7 +73,8 @@ def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, 
     def loss_fn(m, b):
         return token_classification_loss(m(b["features"], b["attention_mask"]), b["labels"])
 
-    stats = fit(tagger, splits[0], loss_fn, cfg, lr, seed, device, epochs=cfg.feature_epochs)
+    stats = fit(tagger, splits[0], loss_fn, cfg, lr, seed, device, progress=_progress(cfg),
+                epochs=cfg.feature_epochs)
     outs = predict(tagger, splits[1], lambda m, b: m(b["features"], b["attention_mask"]), cfg.eval_batch_size,
                    device)
     logits = [row for o in outs for row in o]

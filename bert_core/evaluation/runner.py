@@ -56,6 +56,11 @@ def run_jobs(fn: Job, jobs: Sequence[tuple], cfg: EvalBase, desc: str) -> list[d
     return results
 
 
+def progress(cfg: EvalBase) -> bool:
+    """Per-step bars only in process: Ray tasks' bars would interleave in the driver's log."""
+    return cfg.show_progress and not cfg.use_ray
+
+
 def worker_threads(n: int) -> None:
     """Pin torch to ``n`` threads inside a job: tasks sharing a node must not oversubscribe its cores."""
     import torch

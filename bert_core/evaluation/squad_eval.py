@@ -13,7 +13,7 @@ from bert_core.evaluation import squad
 from bert_core.evaluation.config import SquadConfig
 from bert_core.evaluation.metrics import squad_evaluate
 from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import run_jobs, worker_threads
+from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 EVAL_NAME = "SQuAD v1.1"
 
@@ -55,7 +55,7 @@ def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
         return span_loss(start_BS, end_BS, b["start_positions"], b["end_positions"])
 
     set_seed(seed)
-    stats = fit(model, train, loss_fn, cfg, lr, seed, device)
+    stats = fit(model, train, loss_fn, cfg, lr, seed, device, progress=_progress(cfg))
     eval_examples = squad.examples_of(eval_data)
     data, windows = squad.make_features(tok, eval_examples, *feats, training=False)
     outs = predict(model, data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device)
