@@ -153,3 +153,26 @@ def test_changed_input_is_remade_and_old_parts_removed(ray_local, inputs, tmp_pa
     assert second.totals["input_hash"] != first.totals["input_hash"] and second.totals["shards"] == 2
     assert sorted(p.name for p in out.glob("part-*.parquet")) == [f.name for f in second.files]
     assert not list(out.glob("part-0000[23]*"))
+
+
+@pytest.mark.slow
+def test_real_pipeline_shard_vocab_instances(ray_local, shared_data, tmp_path):
+    """The three jobs chained as a user runs them: the shard job's real output feeds a trained vocab,
+    and both feed the instances job (catches any drift between the jobs' contracts)."""
+    from data_jobs import shard_job
+    from data_jobs.config import ShardConfig
+
+    corpus = shared_data / "corpus"
+    shard_job.run(ShardConfig(inputs=[str(corpus / "bert_sample" / "sample_text.txt")], input_format="bert",
+                              output_dir=str(tmp_path / "docs"), num_shards=3))
+    shard_job.run(ShardConfig(inputs=[str(corpus / "wikipedia_mlperf" / "wiki_00")], input_format="wikiextractor",
+                              output_dir=str(tmp_path / "wiki"), num_shards=3))
+    vocab_job.run(VocabConfig(shards_dir=str(tmp_path / "wiki"), output_dir=str(tmp_path / "vocab"), vocab_size=3000))
+    m = run(InstancesConfig(shards_dir=str(tmp_path / "wiki"), vocab_dir=str(tmp_path / "vocab"),
+                            output_dir=str(tmp_path / "inst"), dupe_factor=1, max_seq_length=128))
+    assert m.totals["instances"] > 500 and m.totals["vocab_size"] <= 3000
+    assert m.vocab_hash == Manifest.read(tmp_path / "vocab").vocab_hash
+    assert 0.45 < m.stats["sentence_label_1_fraction"] < 0.6
+    small = run(InstancesConfig(shards_dir=str(tmp_path / "docs"), vocab_dir=str(tmp_path / "vocab"),
+                                output_dir=str(tmp_path / "inst_small"), dupe_factor=2, max_seq_length=64))
+    assert small.totals["documents"] == 3 and "{[MASK]|" in decode_examples(tmp_path / "inst_small", 1)[0]
