@@ -8,6 +8,9 @@ Call tree (the original's, with the RNG passed in):
       random_next_b / truncate_pair             random-next segment B, truncate_seq_pair
     masking.mask_batch(...)                     create_masked_lm_predictions, vectorised per round
 
+Random-next segments come from a corpus-wide pool (``pool_sample``: a seeded sample of every shard's
+documents, long ones cut to one region plus a tail) that every worker holds.
+
 Tokens are never copied per instance in Python: a document is a run of sentences, and every segment
 (A, B, a truncated A or B) is one contiguous range of token ids. Instances are therefore tuples of
 ranges, and one numpy gather per round builds all of them.
@@ -30,9 +33,6 @@ import pyarrow as pa
 
 from data_jobs.instance_stats import add_counts, new_stats
 from data_jobs.masking import KEEP, MASK, RANDOM, mask_batch
-
-TASK_CODES = {"nsp", "sop", "none"}
-
 
 def derive_seed(*parts: object) -> int:
     """A 64-bit seed from any tuple of ints/strings (stable across processes, unlike hash())."""
