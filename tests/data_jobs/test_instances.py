@@ -350,3 +350,29 @@ def test_vectorised_whole_word_greedy_equals_the_original_loop(words, budgets):
         totals[i] += s if ok else 0
         expected.append(ok)
     assert _greedy_fill(inst, size, k).tolist() == expected
+
+
+def test_golden_end_to_end_with_a_tiny_vocab(tmp_path):
+    """Text -> tokens -> one instance, with settings that leave no choice: no sentence task, no short
+    targets, a document shorter than the target, and a masking rate that takes every candidate."""
+    from data_jobs.instances import tokenize_documents
+    from data_jobs.tokenization import vocab_info, wordpiece_tokenizer
+    from instances_helpers import write_tiny_vocab
+
+    words = ["the", "cat", "sat", "on", "mat", "un", "##aff", "##able", "."]
+    path = write_tiny_vocab(tmp_path / "vocab.txt", words)  # ids: specials 0-4, then 5.. in this order
+    v = vocab_info(path, lowercase=True)
+    doc = ["The cat sat on the mat.", "", "Unaffable!"]  # "" and "!" -> dropped / [UNK]
+    td = tokenize_documents(wordpiece_tokenizer(path, True), [doc], [0])
+    assert td.ids_T.tolist() == [5, 6, 7, 8, 5, 9, 13, 10, 11, 12, 1] and td.sent_off_S1.tolist() == [0, 7, 11]
+    ctx = ShardContext(td, None, PairParams(64, 0.0, "none"), 0.99, 30, v.vocab_size, v.cls_id, v.sep_id,
+                       v.mask_id, 0, 0)
+    table, len_N, stats = round_table(ctx, 0)
+    (row,) = table.to_pylist()
+    # [CLS] the cat sat on the mat . un ##aff ##able [UNK] [SEP]: 13 tokens, round(12.87) = 13 > 11
+    # candidates, so all 11 are predicted; labels are exactly the text's tokens
+    assert len(row["input_ids"]) == 13 and row["segment_a_len"] == 13 and row["nsp_label"] == -1
+    assert row["input_ids"][0] == v.cls_id and row["input_ids"][-1] == v.sep_id
+    assert row["masked_positions"] == list(range(1, 12))
+    assert row["masked_ids"] == [5, 6, 7, 8, 5, 9, 13, 10, 11, 12, 1]
+    assert stats["predictions"] == {"11": 1} and sum(stats["replacements"].values()) == 11
