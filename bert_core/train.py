@@ -113,6 +113,11 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     _prepare_run_dir(config, run_dir, resume)
     ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
     latest = ckpt.latest() if resume else None
+    if latest is not None:
+        saved_world = read_state(latest).get("world_size", world.world_size)
+        if saved_world != world.world_size:
+            raise UserError(f"--resume: {latest} was written by {saved_world} ranks, this launch has "
+                            f"{world.world_size} (the data order and optimizer shards depend on it)")
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
