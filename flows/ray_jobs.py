@@ -102,11 +102,7 @@ def submit_or_attach(
         else:
             write_job_config(config, config_file)
             entrypoint = f"{shlex.quote(python)} -m data_jobs.{job}_job --config {shlex.quote(str(config_file))}"
-            client.submit_job(
-                entrypoint=entrypoint,
-                submission_id=sid,
-                metadata={"bertflow_stage": job, "config_hash": chash},
-            )
+            _submit(client, entrypoint, sid, {"bertflow_stage": job, "config_hash": chash}, log)
             log(f"submitted ray job {sid}: {entrypoint}")
         status, lines = _follow(client, sid, log, poll_s, timeout_s)
         if status != "SUCCEEDED":
@@ -115,6 +111,24 @@ def submit_or_attach(
             raise RuntimeError(f"ray job {sid} ended {status}: {info.message or ''} {tail}".strip())
         return JobOutcome(sid, status, attached, lines)
     raise RuntimeError(f"ray job for {job} {chash} failed {MAX_RESUBMITS + 1} times; giving up")
+
+
+def _submit(client, entrypoint: str, sid: str, metadata: dict, log, patience_s: float = 90.0) -> None:
+    """Submit, waiting out the head's start-up: its job agent answers 500 'No available agent' for a
+    while after the dashboard is already up. Other errors are raised at once."""
+    delay, deadline = 1.0, time.monotonic() + patience_s
+    while True:
+        try:
+            client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata=metadata)
+            return
+        except RuntimeError as err:
+            if "No available agent" not in str(err) or time.monotonic() > deadline:
+                raise
+            if _job_status(client, sid) is not None:
+                return  # an earlier attempt got through after all
+            log(f"ray job agent not ready yet; retrying the submission in {delay:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def _follow(client, sid: str, log: Callable[[str], None], poll_s: float, timeout_s: float) -> tuple[str, int]:

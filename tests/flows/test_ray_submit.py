@@ -35,7 +35,10 @@ t = threading.Thread(target=lambda: first.update(o=submit_or_attach(address, "sh
                                                  python=sys.executable, log=lines.append, poll_s=0.2)))
 t.start()
 client = _client(address)
-while not client.list_jobs():
+deadline = time.monotonic() + 180
+while not client.list_jobs():  # wait until the first call has submitted, then submit again
+    if not t.is_alive() or time.monotonic() > deadline:
+        sys.exit("first submission ended or stalled before its job appeared")
     time.sleep(0.1)
 second = submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file), python=sys.executable,
                           log=lambda s: None, poll_s=0.2)
@@ -52,6 +55,11 @@ print("RESULT " + json.dumps({"first": first["o"].__dict__, "second": second.__d
 def ray_head():
     temp = tempfile.mkdtemp(prefix="rf", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dash = free_port(), free_port()
+    # Every fixed default port (agent 52365, metrics, client server 10001, ...) would collide with
+    # another Ray head on the same machine: give each its own free port.
+    extra = [f"--{name}={free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+        "runtime-env-agent-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
            "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("RAY_ADDRESS", None)
@@ -60,7 +68,7 @@ def ray_head():
         proc = subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
              "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-             f"--temp-dir={temp}", "--disable-usage-stats"],
+             f"--temp-dir={temp}", "--disable-usage-stats", *extra],
             env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
         )
     address = f"http://127.0.0.1:{dash}"
@@ -68,7 +76,7 @@ def ray_head():
         _wait_jobs_api(address, proc, env, log)
         yield {"address": address, "env": env}
     finally:
-        stop(proc, grace=20)
+        stop(proc, grace=8)
 
 
 def _wait_jobs_api(address, proc, env, log):
@@ -88,10 +96,13 @@ def test_shard_stage_as_ray_job(ray_head, sample_text, tmp_path):
     from flows.ray_jobs import submission_id
 
     out = tmp_path / "documents"
-    proc = subprocess.run(
-        [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
-        env=ray_head["env"], capture_output=True, text=True, timeout=240,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
+            env=ray_head["env"], capture_output=True, text=True, timeout=240,
+        )
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"client timed out:\n{(err.stdout or b'')[-3000:]!r}\n{(err.stderr or b'')[-3000:]!r}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
     sid = submission_id("shard", res["hash"])
