@@ -230,8 +230,9 @@ class BertLMPredictionHead(nn.Module):
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
         # The decoder has no bias of its own: the bias lives in ``bias`` (HF key
-        # ``cls.predictions.bias``), so the decoder is a pure alias of the embedding matrix.
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # ``cls.predictions.bias``), so the decoder is a pure alias of the embedding matrix. Its
+        # weight is a meta-device placeholder (no memory, no init) until the owner ties it.
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="meta")
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, h_XD: torch.Tensor) -> torch.Tensor:
@@ -258,8 +259,9 @@ class BertForPreTraining(nn.Module):
         self.config = config
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config)
-        init_bert_weights(self.cls, config.initializer_range)
-        self.tie_weights()
+        self.tie_weights()  # before init: the decoder must never get a V x D matrix of its own
+        init_bert_weights(self.cls.predictions.transform, config.initializer_range)
+        init_bert_weights(self.cls.seq_relationship, config.initializer_range)
 
     def tie_weights(self) -> None:
         """Make the decoder weight THE word-embedding matrix (same Parameter, one copy).
