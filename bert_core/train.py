@@ -100,8 +100,21 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
         raise UserError(f"output_dir: {run_dir} already holds a run; pass --resume or choose another directory")
 
 
-def run(config: TrainConfig, resume: bool = False) -> TrainResult:
-    """Train (or resume) one run; every rank of a launch calls this with the same config."""
+@dataclass
+class _Plan:
+    """Everything checked before the first write: the run is refused here or not at all."""
+
+    world: World
+    dataset: InstanceDataset
+    model_config: ModelConfig
+    vocab: Optional[Path]
+    init_state: Optional[dict]
+    run_dir: Path
+    ckpt: CheckpointManager
+    latest: Optional[Path]
+
+
+def _check(config: TrainConfig, resume: bool) -> _Plan:
     world = init_distributed(config)
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
@@ -118,23 +131,37 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
         if saved_world != world.world_size:
             raise UserError(f"--resume: {latest} was written by {saved_world} ranks, this launch has "
                             f"{world.world_size} (the data order and optimizer shards depend on it)")
+    return _Plan(world, dataset, mc, vocab, init_state, run_dir, ckpt, latest)
+
+
+def _build(config: TrainConfig, plan: _Plan):
+    """Model (same init on every rank), engine, loader; restored from the latest checkpoint on resume."""
+    world = plan.world
+    _seed_all(config.seed)
+    model = BertForPreTraining(plan.model_config)
+    if plan.init_state is not None:
+        model.load_state_dict(plan.init_state)
+        model.tie_weights()
+    engine = make_engine(model, config, world)
+    _seed_all(config.seed + 1 + world.rank)  # dropout differs across ranks, reproducibly
+    loader = BatchLoader(plan.dataset, config.micro_batch_size, world.rank, world.world_size, config.seed,
+                         plan.model_config.pad_token_id)
+    state = {"step": 0, "tokens_seen": 0}
+    if plan.latest is not None:
+        state = plan.ckpt.load(plan.latest, engine)  # also restores this rank's RNG states
+        loader.load_state_dict(state["loader"])
+    return engine, loader, int(state["step"]), int(state["tokens_seen"])
+
+
+def run(config: TrainConfig, resume: bool = False) -> TrainResult:
+    """Train (or resume) one run; every rank of a launch calls this with the same config."""
+    plan = _check(config, resume)
+    world, run_dir, mc = plan.world, plan.run_dir, plan.model_config
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash()})
-    _seed_all(config.seed)  # identical initial weights on every rank
-    model = BertForPreTraining(mc)
-    if init_state is not None:
-        model.load_state_dict(init_state)
-        model.tie_weights()
-    engine = make_engine(model, config, world)
-    _seed_all(config.seed + 1 + world.rank)  # dropout differs across ranks, reproducibly
-    loader = BatchLoader(dataset, config.micro_batch_size, world.rank, world.world_size, config.seed, mc.pad_token_id)
-    step, tokens_seen = 0, 0
-    if latest is not None:
-        state = ckpt.load(latest, engine)
-        loader.load_state_dict(state["loader"])
-        step, tokens_seen = int(state["step"]), int(state["tokens_seen"])
+    engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,
                            log_every=config.log_every, tensorboard=config.tensorboard,
                            peak=peak_flops(config.peak_tflops, config.precision))
@@ -142,9 +169,9 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     files: dict[str, Any] = {"train_config.json": config.model_dump(mode="json"), "model_config.json": mc.model_dump(mode="json")}
     if config.engine == "deepspeed":
         files["ds_config.json"] = ds_config(config, world.world_size)
-    if vocab is not None:
-        files["vocab.txt"] = vocab
-    last, record = latest, {}
+    if plan.vocab is not None:
+        files["vocab.txt"] = plan.vocab
+    last, record = plan.latest, {}
     try:
         while step < config.max_steps:
             metrics = engine.step([next(loader) for _ in range(config.grad_accum_steps)])
@@ -153,9 +180,9 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
             if step % config.save_every == 0 or step == config.max_steps:
                 state = {"step": step, "tokens_seen": logger.tokens_seen, "loader": loader.state_dict(),
                          "engine": config.engine, "zero_stage": config.zero_stage,
-                         "world_size": world.world_size, "vocab_hash": dataset.vocab_hash,
-                         "lowercase": bool(dataset.manifest.totals.get("lowercase", True))}
-                last = ckpt.save(step, engine, state, files)
+                         "world_size": world.world_size, "vocab_hash": plan.dataset.vocab_hash,
+                         "lowercase": bool(plan.dataset.manifest.totals.get("lowercase", True))}
+                last = plan.ckpt.save(step, engine, state, files)
     finally:
         logger.close()
     return TrainResult(run_dir, last, run_dir / METRICS_FILE, record)
