@@ -67,6 +67,10 @@ class BertSelfAttention(nn.Module):
             return t_BSD.view(B, S, N, D // N).transpose(1, 2)
 
         q_BNSK, k_BNSK, v_BNSK = heads(self.query(x_BSD)), heads(self.key(x_BSD)), heads(self.value(x_BSD))
+        if mask_B11S is not None and mask_B11S.dtype != q_BNSK.dtype:
+            # Under autocast the residual stream is fp32 but q is bf16/fp16; SDPA wants matching
+            # dtypes. A plain cast rounds finfo(fp32).min to -inf (NaN for an all-padding row).
+            mask_B11S = mask_B11S.to(q_BNSK.dtype).clamp(min=torch.finfo(q_BNSK.dtype).min)
         out_BNSK = F.scaled_dot_product_attention(
             q_BNSK, k_BNSK, v_BNSK, attn_mask=mask_B11S, dropout_p=self.dropout_p if self.training else 0.0
         )
