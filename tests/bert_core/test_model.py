@@ -213,3 +213,25 @@ def test_bf16_weights_forward_backward():
     assert out.mlm_logits.dtype == torch.bfloat16
     (out.mlm_logits.float().logsumexp(-1).sum() + out.nsp_logits_B2.float().sum()).backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_training_gradients_match_transformers():
+    """Masked-only logits + our loss give the same gradients as HF's full logits with label -100."""
+    from bert_core.losses import pretraining_loss
+
+    torch.manual_seed(8)
+    config = tiny(**NO_DROPOUT)
+    model = BertForPreTraining(config).train()
+    hf = hf_twin(model, config).train()
+    ids, types, mask = batch(config, B=3, S=10)
+    positions_M = torch.tensor([1, 4, 12, 13, 25])
+    labels_M = torch.tensor([7, 8, 9, 10, 11])
+    nsp_B = torch.tensor([0, 1, 1])
+    hf_labels = torch.full((3, 10), -100)
+    hf_labels.view(-1)[positions_M] = labels_M
+    out = model(ids, types, mask, positions_M)
+    pretraining_loss(out.mlm_logits, out.nsp_logits_B2, labels_M, nsp_B).loss.backward()
+    hf(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=hf_labels, next_sentence_label=nsp_B).loss.backward()
+    ours = dict(model.named_parameters())
+    for name, p in hf.named_parameters():
+        torch.testing.assert_close(ours[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
