@@ -215,6 +215,8 @@ def run(cfg: InstancesConfig) -> Manifest:
         # About to change files: the old manifest must not vouch for a half-updated directory.
         (out / MANIFEST_NAME).unlink()
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".tmp-part-*"):  # left by a killed worker; never valid
+        stale.unlink()
     shard_paths = [str(Path(cfg.shards_dir) / f.name) for f in shard_files]
     records: dict[int, dict] = {}
     for s in range(len(shard_paths)):

@@ -83,7 +83,9 @@ def test_rerun_skips_and_repairs(ray_local, inputs):
     good = (out / victim).read_bytes()
     (out / victim).write_bytes(good[:100])
     (out / "manifest.json").unlink()
+    (out / ".tmp-part-00000-len0064.parquet.abc").write_bytes(b"left by a killed worker")
     m2 = run(cfg.model_copy(update={"num_workers": 1}))
+    assert not list(out.glob(".tmp-*"))
     assert (out / victim).read_bytes() == good and m2.files == m.files
     shard = m.files[0].meta["shard"]
     for name, t in before.items():
