@@ -17,6 +17,7 @@ import resource
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,18 +69,20 @@ def worker(stage: int) -> None:
     step_s = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"stage": stage, "rank": world.rank, "peak_rss_gib": peak / GiB, "growth_gib": (peak - base_rss) / GiB, "step_s": step_s}
-    print("RESULT " + json.dumps(out), flush=True)
+    # one file per rank: two ranks printing at once can interleave on a shared stdout
+    Path(os.environ["BENCH_OUT"], f"rank{world.rank}.json").write_text(json.dumps(out))
 
 
 def measure(stage: int) -> list[dict]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = Path(tempfile.mkdtemp(prefix="zero-mem-"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BENCH_OUT": str(out)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            __file__, "--worker", str(stage)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines() if "RESULT " in line]
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if proc.returncode or len(results) != 2:
         raise SystemExit(f"ZeRO-{stage} measurement failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return sorted(results, key=lambda r: r["rank"])
