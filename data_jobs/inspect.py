@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_jobs.common import run_main
+from data_jobs.common import UserError, run_main
 from data_jobs.schema import Manifest
 
 
@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     lines = summary(args.directory, args.verify)
+    if args.verify:
+        problems = Manifest.read(args.directory).verify_files(args.directory, deep=True)
+        if problems:
+            # A failed verification must fail the command (scripts check the exit code), naming the file.
+            print("\n".join(lines))
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise UserError(problems[0] + more)
     kind = Manifest.read(args.directory).kind
     if args.examples > 0 and kind in ("documents", "instances"):
         lines.append(f"  first {args.examples} {kind}:")

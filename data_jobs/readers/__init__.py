@@ -89,10 +89,14 @@ def _files_of(inp: str) -> list[Path]:
         return files
     p = Path(inp)
     if p.is_dir():
-        files = [
-            f for f in p.rglob("*")
-            if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
-        ]
+        def unreadable(err: OSError) -> None:
+            # rglob silently skips a directory it may not list: the corpus would shrink without a word.
+            raise UserError(f"{err.filename}: cannot read directory: {err.strerror}")
+
+        files = []
+        for root, dirs, names in os.walk(p, onerror=unreadable):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]  # hidden directories skipped
+            files += [Path(root, n) for n in names if not n.startswith(".") and Path(root, n).is_file()]
         if not files:
             raise UserError(f"{inp}: directory holds no files")
         return files

@@ -27,6 +27,10 @@ WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo li
          "south green paper table window garden summer winter market letter morning evening").split()
 
 
+# Outcome counts of the bad-input battery, printed by conftest.pytest_terminal_summary.
+TALLY = {"passed": 0, "failed": 0, "skipped": 0}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -196,6 +200,20 @@ print("TASKS " + json.dumps(cur))
             if job not in exclude_jobs:
                 out.setdefault(job, set()).add((name, node))
         return out
+
+    def actor_nodes(self, class_name: str) -> list[str]:
+        """Node ids of every actor (alive or dead) of ``class_name``, from Ray's state API."""
+        code = f"""
+import json, ray
+from ray.util.state import list_actors
+ray.init(address={self.address!r}, log_to_driver=False)
+rows = list_actors(address="http://127.0.0.1:{self.dashboard_port}", limit=10000, raise_on_missing_output=False)
+print("ACTORS " + json.dumps([a.node_id for a in rows if a.class_name == {class_name!r}]))
+"""
+        proc = run_cli(["-c", code], self.env, timeout=120)
+        line = [x for x in proc.stdout.splitlines() if x.startswith("ACTORS ")]
+        assert line, proc.stderr[-3000:]
+        return json.loads(line[0][7:])
 
     def kill_worker(self) -> None:
         """SIGKILL the worker node's whole process group (raylet, its workers, agents): a node failure."""
