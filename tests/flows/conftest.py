@@ -10,7 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from flowtest_support import BIN, REPO, free_port, stop, tiny_config, wait_http
+from flowtest_support import (
+    BIN, REPO, deployments_by_name, free_port, run_cli, stop, tiny_config, wait_final, wait_http,
+)
 
 
 @pytest.fixture(scope="session")
@@ -65,19 +67,6 @@ def prefect_server(tmp_path_factory):
         stop(proc)
 
 
-def _cli(args, env, cwd, timeout=180):
-    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
-
-def _deployments(api: str) -> dict[str, dict]:
-    r = httpx.post(f"{api}/deployments/filter", json={"limit": 50})
-    r.raise_for_status()
-    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}).json()}
-    return {f"{flows[d['flow_id']]}/{d['name']}": d for d in r.json()}
-
-
 @pytest.fixture(scope="session")
 def completed_run(prefect_server, tmp_path_factory, corpus_file):
     """Deploy, trigger prepare-data like the UI does, let a worker run it; shared with the UI test."""
@@ -89,11 +78,11 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
     cfg_file = work / "pipeline.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     t0 = time.monotonic()
-    out = _cli([str(BIN / "bertflow"), "deploy", "--config", str(cfg_file), "--working-dir", str(work)], env, work)
+    out = run_cli([str(BIN / "bertflow"), "deploy", "--config", str(cfg_file), "--working-dir", str(work)], env, work)
     assert "registered 5 deployments" in out
-    by_bertflow = _deployments(api)
-    _cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, REPO)
-    by_yaml = _deployments(api)
+    by_bertflow = deployments_by_name(api)
+    run_cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, REPO)
+    by_yaml = deployments_by_name(api)
     dep = by_yaml["prepare-data/default"]
     # The UI's Run button (custom run): POST create_flow_run with the form's parameters.
     r = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run",
@@ -107,18 +96,8 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
             env=env, cwd=work, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
-        state = _wait_final(api, run_id, timeout=240)
+        state = wait_final(api, run_id, timeout=240)
     finally:
         stop(worker)
     return {"run_id": run_id, "state": state, "by_bertflow": by_bertflow, "by_yaml": by_yaml, "config": cfg,
             "worker_log": log.read_text(errors="replace"), "seconds": time.monotonic() - t0, "api": api}
-
-
-def _wait_final(api: str, run_id: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = httpx.get(f"{api}/flow_runs/{run_id}").json()
-        if run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return run["state"]
-        time.sleep(1.0)
-    raise TimeoutError(f"flow run {run_id} not finished after {timeout} s")

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -74,3 +76,26 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+def run_cli(args, env, cwd, timeout=180):
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def deployments_by_name(api: str) -> dict[str, dict]:
+    r = httpx.post(f"{api}/deployments/filter", json={"limit": 50})
+    r.raise_for_status()
+    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}).json()}
+    return {f"{flows[d['flow_id']]}/{d['name']}": d for d in r.json()}
+
+
+def wait_final(api: str, run_id: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = httpx.get(f"{api}/flow_runs/{run_id}").json()
+        if run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return run["state"]
+        time.sleep(1.0)
+    raise TimeoutError(f"flow run {run_id} not finished after {timeout} s")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from flowtest_support import deployments_by_name
+
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
 
@@ -46,3 +48,31 @@ def test_triggered_run_completes_and_writes_outputs(completed_run):
     api = completed_run["api"]
     arts = httpx.post(f"{api}/artifacts/filter", json={"flow_runs": {"id": {"any_": [completed_run["run_id"]]}}}).json()
     assert any(a["key"] == "bertflow-data-stats" and a["type"] == "table" for a in arts)
+
+
+def test_bertflow_serve_takes_over_a_deployment(completed_run, prefect_server, tmp_path):
+    """``bertflow serve`` (re)registers its deployments, with its own config, and polls for their runs."""
+    import subprocess
+    import time
+
+    from flowtest_support import BIN, stop
+
+    api = prefect_server["api"]
+    want = str(tmp_path / "out")
+    assert deployments_by_name(api)["evaluate/default"]["parameters"]["config"]["output_root"] != want
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([str(BIN / "bertflow"), "serve", "--only", "evaluate/default", "--output-root",
+                                 str(tmp_path / "out")], env=prefect_server["env"], cwd=tmp_path,
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while deployments_by_name(api)["evaluate/default"]["parameters"]["config"]["output_root"] != want:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        served = deployments_by_name(api)["evaluate/default"]
+        assert served["entrypoint"] == "flows.pipeline.evaluate"
+        assert served["status"] == "READY"  # a runner is polling for it
+    finally:
+        stop(proc)
