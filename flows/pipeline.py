@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
-from data_jobs.common import UserError, write_json_atomic
+from data_jobs.common import UserError, stable_hash, write_json_atomic
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
 from flows.tasks import data_job, evaluate_task, export_model, train_phase
@@ -74,8 +74,11 @@ def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[s
     plan = make_plan(config)
     results = {}
     for kind, ecfg in plan.evals.items():
-        if model_path:
-            ecfg = ecfg.model_copy(update={"model_path": model_path})
+        if model_path:  # another model: results go beside the pipeline's, named by that model's path
+            model = str(Path(model_path).expanduser().resolve())
+            out = Path(ecfg.output_dir)
+            ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": str(out.with_name(
+                f"{out.name}-model-{stable_hash(model)[:8]}"))})
         results[kind] = _retrying(evaluate_task, config.orchestration, 0)(kind, ecfg)
     if results:
         art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")

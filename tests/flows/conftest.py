@@ -79,23 +79,25 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
     cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     t0 = time.monotonic()
     out = run_cli([str(BIN / "bertflow"), "deploy", "--config", str(cfg_file), "--working-dir", str(work)], env, work)
-    assert "registered 5 deployments" in out
-    by_bertflow = deployments_by_name(api)
-    run_cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, REPO)
-    by_yaml = deployments_by_name(api)
-    dep = by_yaml["prepare-data/default"]
-    # The UI's Run button (custom run): POST create_flow_run with the form's parameters.
-    r = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run",
-                   json={"parameters": {"config": cfg.model_dump(mode="json")}})
-    r.raise_for_status()
-    run_id = r.json()["id"]
+    assert "registered 5 deployments" in out  # this also created the process pool
+    # The worker starts now (its start-up overlaps the next deploy) and polls every second.
     log = work / "worker.log"
     with open(log, "wb") as fh:
         worker = subprocess.Popen(
             [str(BIN / "prefect"), "worker", "start", "--pool", "bertflow-process", "--limit", "1"],
-            env=env, cwd=work, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, cwd=work, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
+        by_bertflow = deployments_by_name(api)
+        run_cli([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], env, REPO)
+        by_yaml = deployments_by_name(api)
+        dep = by_yaml["prepare-data/default"]
+        # The UI's Run button (custom run): POST create_flow_run with the form's parameters.
+        r = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run",
+                       json={"parameters": {"config": cfg.model_dump(mode="json")}})
+        r.raise_for_status()
+        run_id = r.json()["id"]
         state = wait_final(api, run_id, timeout=240)
     finally:
         stop(worker)

@@ -173,3 +173,20 @@ def test_killed_training_resumes(first_run, harness, tmp_path):
     assert Path(rec["last_checkpoint"]).name == "step_00000060"
     steps = [json.loads(l)["step"] for l in Path(rec["metrics_file"]).read_text().splitlines() if l.strip()]
     assert steps[-1] == 60 and killed_at in steps
+
+
+def test_evaluate_any_checkpoint(first_run):
+    """The evaluate flow alone, on an earlier checkpoint: results land beside the pipeline's own."""
+    from flows.config import make_plan
+    from flows.pipeline import evaluate
+
+    plan = make_plan(first_run["cfg"])
+    ckpt = Path(plan.train["phase1"].output_dir) / "checkpoints" / "step_00000004"
+    assert ckpt.is_dir()
+    own = Path(plan.evals["intrinsic"].output_dir) / "results.json"
+    before = own.read_bytes()
+    results = evaluate(first_run["cfg"], model_path=str(ckpt))
+    assert results["intrinsic"]
+    outs = list(own.parent.parent.glob(own.parent.name + "-model-*/results.json"))
+    assert len(outs) == 1 and outs[0].read_bytes() != before
+    assert own.read_bytes() == before
