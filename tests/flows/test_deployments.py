@@ -119,3 +119,14 @@ def test_help(argv, capsys):
         main(argv)
     assert exc.value.code == 0
     assert "usage" in capsys.readouterr().out
+
+
+def test_deploy_without_api_url_is_one_line_error(capsys):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.cli import main
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert main(["deploy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "PREFECT_API_URL" in err[0]
