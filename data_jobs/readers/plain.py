@@ -37,7 +37,9 @@ def read_bert(path: str, source: str, config, stats: ReadStats) -> Iterator[Docu
                 yield Document(f"{source}#{index}", source, sentences)
             index += 1
             sentences, bad = [], None
-    if sentences:
+    if bad:  # a damaged last document (no blank line after it) is dropped and counted like any other
+        stats.bad_document(path, bad, f"document {index}")
+    elif sentences:
         yield Document(f"{source}#{index}", source, sentences)
 
 
