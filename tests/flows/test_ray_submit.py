@@ -1,6 +1,7 @@
 """A data stage submitted as a Ray Job to a real local Ray head (token authentication on, as Ray 2.60
-ships it): its output checked, its logs streamed, and a second submission of the same stage attaching
-to the running job instead of starting another.
+ships it) by the pipeline's own task in a Prefect flow: its output checked, its log lines found in the
+Prefect run's log, and later submissions of the same stage attaching to the job instead of starting
+another.
 
 The head runs with ``--block`` in its own process group, so stopping it stops exactly the processes
 it started (``ray stop`` would stop every Ray cluster on the machine). The client side runs in a
@@ -25,29 +26,36 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
 
 CLIENT = r"""
 import json, sys, threading, time
+from pathlib import Path
+from prefect import flow
 from data_jobs.config import ShardConfig
 from flows.ray_jobs import submit_or_attach, _client
+from flows.tasks import data_job
 
 address, corpus, out, cfg_file = sys.argv[1:5]
 cfg = ShardConfig(inputs=[corpus], output_dir=out, num_shards=2, num_workers=1)
-first, lines = {}, []
-t = threading.Thread(target=lambda: first.update(o=submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file),
-                                                 python=sys.executable, log=lines.append, poll_s=0.2)))
+
+@flow
+def shard_via_ray_job():  # the pipeline's own task, as prepare_data calls it
+    return data_job("shard", cfg, ray_job_address=address, job_python=sys.executable)
+
+first = {}
+t = threading.Thread(target=lambda: first.update(state=shard_via_ray_job(return_state=True)))
 t.start()
 client = _client(address)
 deadline = time.monotonic() + 180
-while not client.list_jobs():  # wait until the first call has submitted, then submit again
+while not client.list_jobs():  # wait until the flow has submitted, then submit the same stage again
     if not t.is_alive() or time.monotonic() > deadline:
         sys.exit("first submission ended or stalled before its job appeared")
     time.sleep(0.1)
-second = submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file), python=sys.executable,
-                          log=lambda s: None, poll_s=0.2)
+second = submit_or_attach(address, "shard", cfg, Path(cfg_file), python=sys.executable, log=lambda s: None, poll_s=0.2)
 t.join()
-third = submit_or_attach(address, "shard", cfg, __import__("pathlib").Path(cfg_file), python=sys.executable,
-                         log=lambda s: None, poll_s=0.2)
+third = submit_or_attach(address, "shard", cfg, Path(cfg_file), python=sys.executable, log=lambda s: None, poll_s=0.2)
 jobs = [j.submission_id for j in client.list_jobs()]
-print("RESULT " + json.dumps({"first": first["o"].__dict__, "second": second.__dict__, "third": third.__dict__,
-                              "jobs": jobs, "lines": lines, "hash": cfg.config_hash()}))
+state = first["state"]
+print("RESULT " + json.dumps({"flow_ok": state.is_completed(), "flow_run_id": str(state.state_details.flow_run_id),
+                              "second": second.__dict__, "third": third.__dict__, "jobs": jobs,
+                              "hash": cfg.config_hash()}))
 """
 
 
@@ -91,7 +99,16 @@ def _wait_jobs_api(address, proc, env, log):
     raise TimeoutError(f"Ray jobs API at {address} not up:\n{log.read_text()[-3000:]}")
 
 
-def test_shard_stage_as_ray_job(ray_head, sample_text, tmp_path):
+def _flow_logs(flow_run_id: str) -> list[str]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200)
+    return [log.message for log in logs]
+
+
+def test_shard_stage_as_ray_job(ray_head, harness, sample_text, tmp_path):
     from data_jobs.schema import Manifest
     from flows.ray_jobs import submission_id
 
@@ -99,20 +116,23 @@ def test_shard_stage_as_ray_job(ray_head, sample_text, tmp_path):
     try:
         proc = subprocess.run(
             [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
-            env=ray_head["env"], capture_output=True, text=True, timeout=240,
+            env={**ray_head["env"], "PREFECT_API_URL": harness}, capture_output=True, text=True, timeout=240,
         )
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"client timed out:\n{(err.stdout or b'')[-3000:]!r}\n{(err.stderr or b'')[-3000:]!r}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
     sid = submission_id("shard", res["hash"])
-    assert res["first"]["submission_id"] == sid and not res["first"]["attached"]
+    assert res["flow_ok"]
     # Submitted again while running, and again when finished: both attach to the same job.
     assert res["second"]["submission_id"] == sid and res["second"]["attached"]
     assert res["third"]["submission_id"] == sid and res["third"]["attached"]
     assert res["jobs"] == [sid]
-    assert all(r["status"] == "SUCCEEDED" for r in (res["first"], res["second"], res["third"]))
-    assert any(line.startswith(f"[{sid}]") for line in res["lines"])  # the job's own log lines came through
+    assert all(r["status"] == "SUCCEEDED" for r in (res["second"], res["third"]))
+    logs = _flow_logs(res["flow_run_id"])
+    assert f"submitted ray job {sid}: " in "\n".join(logs)
+    # The job's own output (the shard job's summary line) reached the Prefect run's log.
+    assert any(m.startswith(f"[{sid}]") and "documents kept" in m for m in logs), logs[-20:]
     manifest = Manifest.read(out)
     assert manifest.kind == "documents" and sum(f.rows for f in manifest.files) == 3
     assert not manifest.verify_files(out)
