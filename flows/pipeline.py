@@ -155,6 +155,25 @@ def load_pipeline_config(path: Optional[str], output_root: Optional[str] = None)
     return demo_config(output_root or "runs/demo")
 
 
+def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None) -> None:
+    """A stage run on its own needs the previous stage's outputs: say so in one line before any flow
+    starts, instead of a failed flow run with a traceback in its log."""
+    from data_jobs.schema import MANIFEST_NAME
+
+    plan = make_plan(cfg)
+    if stage == "train":
+        for name, icfg in plan.instances.items():
+            if not (Path(icfg.output_dir) / MANIFEST_NAME).is_file():
+                raise UserError(f"--stage train: no instances for phase {name} at {icfg.output_dir}; "
+                                "run --stage data first (same config)")
+    if stage == "eval":
+        if model_path and not Path(model_path).exists():
+            raise UserError(f"--model-path: {model_path} not found")
+        if not model_path and not plan.export_dir.is_dir():
+            raise UserError(f"--stage eval: no exported model at {plan.export_dir}; run --stage train "
+                            "first (same config) or give --model-path")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cfg = load_pipeline_config(args.config, args.output_root)
@@ -165,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.model_path and args.stage != "eval":
         raise UserError("--model-path: only with --stage eval")
+    preflight(cfg, args.stage, args.model_path)
     kwargs = {"model_path": args.model_path} if args.model_path else {}
     result = FLOWS[args.stage](cfg, **kwargs)
     print(f"bertflow pipeline ({args.stage}) finished; outputs under {make_plan(cfg).root}")

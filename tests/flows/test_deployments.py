@@ -130,3 +130,12 @@ def test_deploy_without_api_url_is_one_line_error(capsys):
         assert main(["deploy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "PREFECT_API_URL" in err[0]
+
+
+@pytest.mark.parametrize("stage", ["train", "eval"])
+def test_stage_without_its_inputs_is_one_line_error(stage, tmp_path, capsys):
+    from flows.cli import main
+
+    assert main(["pipeline", "--stage", stage, "--output-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--stage {stage}" in err[0]
