@@ -124,6 +124,12 @@ def _as_value(fn: Callable) -> Callable:
             return fn(*args)
         except UserError as err:
             return {"user_error": str(err)}
+        except OSError as err:  # disk full, permission denied: the environment, reported in one line
+            # pyarrow's write errors name no file: name the output dir (the parent of the work dir).
+            out = next((str(Path(a).parent) for a in args if isinstance(a, str) and Path(a).name == WORK), "")
+            where = f"{err.filename}: " if getattr(err, "filename", None) else (f"{out}: " if out else "")
+            text = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[-1]
+            return {"user_error": f"{where}{text}"}
 
     call.__name__ = fn.__name__
     return call
