@@ -10,7 +10,7 @@ A rerun of the same config therefore lands on the same directories and skips wha
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -33,8 +33,6 @@ IntrinsicSpec = spec_of(IntrinsicConfig, _EVAL_WIRING | {"instances_dir"}, "Intr
 GlueSpec = spec_of(GlueConfig, _EVAL_WIRING, "GlueSpec", "GLUE fine-tuning (GlueConfig minus paths).")
 SquadSpec = spec_of(SquadConfig, _EVAL_WIRING, "SquadSpec", "SQuAD v1.1 (SquadConfig minus paths).")
 NerSpec = spec_of(NerConfig, _EVAL_WIRING, "NerSpec", "CoNLL-2003 NER (NerConfig minus paths).")
-
-EvalTask = Literal["intrinsic", "glue", "squad", "ner"]
 
 
 class PhaseSpec(StrictModel):
