@@ -8,7 +8,8 @@ Layout of ``RUN_DIR/checkpoints/step_00000010/``:
     train_config.json   the TrainConfig of the run;  model_config.json: the architecture
     ds_config.json      the generated DeepSpeed JSON (DeepSpeed runs)
     vocab.txt           copy of the vocabulary, so a checkpoint exports on its own
-    COMPLETE            written last, then the directory is renamed from .tmp-step_*: a directory
+    COMPLETE            written last (with the size and SHA-256 of every file above, checked on
+                        load), then the directory is renamed from .tmp-step_*: a directory
                         without it (a kill -9 mid-save) is never picked up
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 
 from bert_core.config import ModelConfig
 from bert_core.model import BertForPreTraining
-from data_jobs.common import UserError, build_config, fsync_dir, write_json_atomic
+from data_jobs.common import UserError, build_config, fsync_dir, sha256_file, write_json_atomic
 
 MARKER = "COMPLETE"
 STATE = "trainer_state.json"
@@ -93,7 +94,7 @@ class CheckpointManager:
                 else:
                     write_json_atomic(tmp / fname, obj)
             write_json_atomic(tmp / STATE, state)
-            write_json_atomic(tmp / MARKER, {"step": step})
+            write_json_atomic(tmp / MARKER, {"step": step, "files": _inventory(tmp)})
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
@@ -106,9 +107,12 @@ class CheckpointManager:
         for old in self.all()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
-    def load(self, path: Path, engine) -> dict[str, Any]:
-        """Restore engine state and this rank's RNG; returns trainer_state.json."""
+    def load(self, path: Path, engine, check: bool = True) -> dict[str, Any]:
+        """Restore engine state and this rank's RNG; returns trainer_state.json. ``check=False`` skips
+        the checksum pass when the caller has just run ``verify``."""
         state = read_state(path)
+        if check:
+            verify(path)
         rng_file = path / "rng" / f"rank_{self.rank:05d}.pt"
         if not rng_file.is_file():
             raise UserError(f"{path}: no RNG state for rank {self.rank} (saved with another world size?)")
@@ -120,6 +124,32 @@ class CheckpointManager:
         except Exception as err:  # a damaged file surfaces as one of many exception types
             raise UserError(f"{path}: corrupt checkpoint: {_first_line(err)}") from None
         return state
+
+
+def _inventory(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file: a flipped byte in a weight file loads without error otherwise."""
+    return {
+        str(f.relative_to(directory)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+        for f in sorted(directory.rglob("*")) if f.is_file() and f.name != MARKER
+    }
+
+
+def verify(path: Path) -> None:
+    """Refuse a checkpoint whose files differ from the inventory in its COMPLETE marker (one line,
+    naming the first damaged file). Every rank checks, so all of them refuse together."""
+    read_state(path)
+    try:
+        files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path / MARKER}: corrupt checkpoint marker: {err}") from None
+    for rel, meta in (files or {}).items():  # markers of older checkpoints carry no inventory
+        f = path / rel
+        if not f.is_file():
+            raise UserError(f"{f}: missing from the checkpoint")
+        if f.stat().st_size != meta["bytes"]:
+            raise UserError(f"{f}: size {f.stat().st_size} != {meta['bytes']} recorded at save (truncated?)")
+        if sha256_file(f) != meta["sha256"]:
+            raise UserError(f"{f}: checksum mismatch (corrupt checkpoint file)")
 
 
 def _first_line(err: BaseException) -> str:
@@ -167,6 +197,7 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
         return load_hf(path)
     ckpt = resolve_checkpoint(path)
     state = read_state(ckpt)
+    verify(ckpt)
     try:
         mc = build_config(ModelConfig, json.loads((ckpt / "model_config.json").read_text()), str(ckpt / "model_config.json"))
     except (OSError, ValueError) as err:

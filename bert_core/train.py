@@ -19,7 +19,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bert_core.checkpoint import CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state, resolve_checkpoint
+from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
+                                 resolve_checkpoint, verify)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
 from bert_core.loader import BatchLoader, InstanceDataset
@@ -127,6 +128,7 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
     ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
     latest = ckpt.latest() if resume else None
     if latest is not None:
+        verify(latest)  # a damaged file is refused before anything is written
         saved_world = read_state(latest).get("world_size", world.world_size)
         if saved_world != world.world_size:
             raise UserError(f"--resume: {latest} was written by {saved_world} ranks, this launch has "
@@ -148,7 +150,7 @@ def _build(config: TrainConfig, plan: _Plan):
                          plan.model_config.pad_token_id)
     state = {"step": 0, "tokens_seen": 0}
     if plan.latest is not None:
-        state = plan.ckpt.load(plan.latest, engine)  # also restores this rank's RNG states
+        state = plan.ckpt.load(plan.latest, engine, check=False)  # also restores this rank's RNG states
         loader.load_state_dict(state["loader"])
     return engine, loader, int(state["step"]), int(state["tokens_seen"])
 

@@ -87,6 +87,17 @@ def test_bad_checkpoint_paths(tmp_path):
         load_model_from_checkpoint(tmp_path / "empty")
     eng = _engine()
     path = CheckpointManager(tmp_path / "run").save(1, eng, {"step": 1, "engine": "torch"}, _files(tmp_path))
-    (path / "engine" / "model.pt").write_bytes(b"truncated")
-    with pytest.raises(UserError, match="cannot read the weights"):
+    victim = path / "engine" / "model.pt"
+    good = victim.read_bytes()
+    victim.write_bytes(good[: len(good) // 2])
+    with pytest.raises(UserError, match=f"{victim}: size .* recorded at save"):
+        load_model_from_checkpoint(path)
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0xFF  # same size, loads without error: only the checksum tells
+    victim.write_bytes(bytes(flipped))
+    with pytest.raises(UserError, match=f"{victim}: checksum mismatch"):
+        CheckpointManager(tmp_path / "run").load(path, _engine())
+    (path / "rng" / "rank_00000.pt").unlink()
+    victim.write_bytes(good)
+    with pytest.raises(UserError, match="rank_00000.pt: missing from the checkpoint"):
         load_model_from_checkpoint(path)
