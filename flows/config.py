@@ -29,7 +29,7 @@ TrainSpec = spec_of(
     TrainConfig, {"output_dir", "data_dir", "init_from"}, "TrainSpec", "One pretraining phase (TrainConfig minus paths)."
 )
 _EVAL_WIRING = {"model_path", "output_dir"}
-IntrinsicSpec = spec_of(IntrinsicConfig, _EVAL_WIRING | {"instances_dir"}, "IntrinsicSpec", "MLM/NSP accuracy on held-out instances.")
+IntrinsicSpec = spec_of(IntrinsicConfig, _EVAL_WIRING | {"instances_dir"}, "IntrinsicSpec", "MLM/NSP accuracy of every checkpoint (IntrinsicConfig minus paths).")
 GlueSpec = spec_of(GlueConfig, _EVAL_WIRING, "GlueSpec", "GLUE fine-tuning (GlueConfig minus paths).")
 SquadSpec = spec_of(SquadConfig, _EVAL_WIRING, "SquadSpec", "SQuAD v1.1 (SquadConfig minus paths).")
 NerSpec = spec_of(NerConfig, _EVAL_WIRING, "NerSpec", "CoNLL-2003 NER (NerConfig minus paths).")
@@ -46,7 +46,9 @@ class PhaseSpec(StrictModel):
 class EvaluationSpec(StrictModel):
     """Which evaluations run on the exported model; a task left empty is not run."""
 
-    intrinsic: Optional[IntrinsicSpec] = Field(None, description="MLM/NSP accuracy on held-out instances")
+    intrinsic: Optional[IntrinsicSpec] = Field(
+        None, description="MLM/NSP accuracy on instances re-made with heldout_seed (same documents, fresh masks)"
+    )
     heldout_seed: int = Field(
         987654321, description="seed of the held-out instances made for intrinsic (fresh masks and pairs)"
     )
