@@ -84,7 +84,7 @@ def ray_head():
         _wait_jobs_api(address, proc, env, log)
         yield {"address": address, "env": env}
     finally:
-        stop(proc, grace=8)
+        stop(proc, grace=3)  # the whole group gets SIGKILL after that: nothing of it survives
 
 
 def _wait_jobs_api(address, proc, env, log):
