@@ -22,7 +22,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True):
+def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True, two_phases: bool = False):
     """A pipeline that runs in seconds: a small real corpus, a small vocab, the tiny model."""
     from flows.config import PipelineConfig
 
@@ -39,7 +39,13 @@ def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = 
                     "tensorboard": False, "max_seq_length": 32, "dropout": 0.0,
                 },
             }
-        ],
+        ]
+        + ([{
+            "name": "phase2",  # longer sequences, from phase1's weights, as in the BERT paper
+            "instances": {"max_seq_length": 64, "max_predictions_per_seq": 8, "dupe_factor": 1, "num_workers": 2},
+            "train": {"model": "tiny", "max_steps": 3, "micro_batch_size": 4, "save_every": 3, "log_every": 1,
+                      "tensorboard": False, "max_seq_length": 64, "dropout": 0.0},
+        }] if two_phases else []),
         "evaluation": {"intrinsic": {"batch_size": 8, "max_batches": 2, "use_ray": False, "show_progress": False}}
         if intrinsic else {},
         "orchestration": {"retries": 2, "retry_delay_s": [0.5, 1.0], "train_retries": 1},

@@ -18,7 +18,7 @@ from flowtest_support import tiny_config
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
 
-STAGES = ("shard", "vocab", "instances", "train:phase1", "export", "eval:intrinsic")
+STAGES = ("shard", "vocab", "instances", "train:phase1", "train:phase2", "export", "eval:intrinsic")
 
 
 def _flow_logs(flow_run_id) -> list[str]:
@@ -55,7 +55,7 @@ def first_run(harness, tmp_path_factory, corpus_file):
     from flows.tasks import FAULT_ENV
 
     root = tmp_path_factory.mktemp("pipeline")
-    cfg = tiny_config(root, corpus_file)
+    cfg = tiny_config(root, corpus_file, two_phases=True)
     os.environ[FAULT_ENV] = "vocab"  # the vocab stage fails once with a transient error
     try:
         t0 = time.monotonic()
@@ -84,13 +84,20 @@ def test_pipeline_produces_every_output(first_run):
     assert ckpt.name == "step_00000006" and (ckpt / "COMPLETE").is_file()
     steps = [json.loads(l)["step"] for l in Path(rec["metrics_file"]).read_text().splitlines()]
     assert steps[-1] == 6
+    # Phase 2 trained on seq-64 instances, starting from phase 1's weights; its model is exported.
+    rec2 = result["train"]["phases"]["phase2"]
+    assert Path(rec2["last_checkpoint"]).name == "step_00000003"
+    saved = json.loads((Path(rec2["run_dir"]) / "train_config.json").read_text())["config"]
+    assert saved["init_from"] == rec["run_dir"] and saved["data_dir"] == plan.instances["phase2"].output_dir
+    assert Manifest.read(plan.instances["phase2"].output_dir).config["max_seq_length"] == 64
+    assert Path(result["train"]["export_dir"]).name == Path(rec2["run_dir"]).name
     assert (Path(result["train"]["export_dir"]) / "config.json").is_file()
     intrinsic = result["eval"]["intrinsic"]
     assert intrinsic and (Path(plan.evals["intrinsic"].output_dir) / "results.json").is_file()
     png = Path(result["train"]["loss_curve"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = Path(result["summary"]).read_text()
-    assert str(ckpt) in summary and rec["metrics_file"] in summary
+    assert rec2["last_checkpoint"] in summary and rec2["metrics_file"] in summary
 
 
 def test_failed_stage_retried_once(first_run):
@@ -148,6 +155,7 @@ def test_killed_training_resumes(first_run, harness, tmp_path):
     from flows.pipeline import pretrain
 
     data = first_run["cfg"].model_dump(mode="json")
+    data["phases"] = data["phases"][:1]
     data["phases"][0]["train"].update(max_steps=60, save_every=3, log_every=1)
     cfg = PipelineConfig.model_validate(data)  # same data stages (skipped), a new run dir
     run_dir = Path(make_plan(cfg).train["phase1"].output_dir)
