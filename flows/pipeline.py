@@ -161,6 +161,13 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
     from data_jobs.schema import MANIFEST_NAME
 
     plan = make_plan(cfg)
+    if stage in ("all", "data"):
+        from data_jobs.readers import expand_inputs
+
+        if not (Path(plan.shard.output_dir) / MANIFEST_NAME).is_file():
+            expand_inputs(plan.shard)  # raises a UserError naming a missing or unreadable input
+        if plan.vocab.vocab_file and not Path(plan.vocab.vocab_file).is_file():
+            raise UserError(f"vocab.vocab_file: {plan.vocab.vocab_file} not found")
     if stage == "train":
         for name, icfg in plan.instances.items():
             if not (Path(icfg.output_dir) / MANIFEST_NAME).is_file():

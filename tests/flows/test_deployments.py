@@ -139,3 +139,14 @@ def test_stage_without_its_inputs_is_one_line_error(stage, tmp_path, capsys):
     assert main(["pipeline", "--stage", stage, "--output-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--stage {stage}" in err[0]
+
+
+def test_missing_input_is_one_line_error_before_any_flow(tmp_path, capsys):
+    from flows.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"output_root: {tmp_path}\nshard: {{inputs: [{tmp_path}/absent.txt]}}\n"
+                   "phases: [{name: p1, instances: {}, train: {}}]\n")
+    assert main(["pipeline", "--config", str(cfg), "--stage", "data"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertflow: error: {tmp_path}/absent.txt: no such file or directory"]
