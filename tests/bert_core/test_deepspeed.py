@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO 2 and 3 with 2 real ranks on CPU (gloo), started by torchrun as subprocesses.
 
-Per stage: an unbroken run; a run killed with SIGKILL (the whole process group) between checkpoints;
+Per stage: an unbroken run; a run killed with SIGKILL (torchrun and both ranks) between checkpoints;
 its ``--resume``. The resumed trajectory must equal the unbroken one bitwise (dropout on: the RNG
 states in the checkpoint matter). The ZeRO-3 run is consolidated and exported to transformers.
 """
@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -51,8 +52,21 @@ def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines()] if p.is_file() else []
 
 
+def _kill_tree(pid: int) -> list:
+    """SIGKILL torchrun and every rank. torchrun starts each rank in a session of its own, so killing
+    torchrun's process group alone would leave the ranks running (and writing the run dir)."""
+    root = psutil.Process(pid)
+    procs = root.children(recursive=True) + [root]
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
 def _kill_mid_run(cmd: list[str], run_dir: Path, log: Path) -> int:
-    """Start the run, SIGKILL its whole process group once step KILL_AFTER is checkpointed and the
+    """Start the run, SIGKILL torchrun and its ranks once step KILL_AFTER is checkpointed and the
     next step ran; returns the last logged step before the kill."""
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, env=ENV, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
@@ -60,11 +74,13 @@ def _kill_mid_run(cmd: list[str], run_dir: Path, log: Path) -> int:
         ckpt = run_dir / "checkpoints" / f"step_{KILL_AFTER:08d}" / "COMPLETE"
         while time.monotonic() < deadline and proc.poll() is None:
             if ckpt.is_file() and any(r["step"] > KILL_AFTER for r in _metrics(run_dir)):
-                os.killpg(proc.pid, signal.SIGKILL)
+                killed = _kill_tree(proc.pid)
                 break
             time.sleep(0.01)
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, f"run was not killed mid-run (rc {proc.returncode}):\n{log.read_text()[-2000:]}"
+    psutil.wait_procs(killed, timeout=30)
+    assert len(killed) >= 3 and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in killed)
     return max(r["step"] for r in _metrics(run_dir))
 
 
