@@ -233,4 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the copy imported under the package name: Ray pickles remote functions by module, and a
+    # worker cannot import "__main__" (this is how `ray job submit -- python -m bert_core.train` runs).
+    from bert_core.train import main as _main
+
+    raise SystemExit(_main())

@@ -366,4 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the copy imported under the package name: Ray pickles remote functions by module, and a
+    # worker cannot import "__main__" (this is how `ray job submit -- python -m data_jobs.instances_job` runs).
+    from data_jobs.instances_job import main as _main
+
+    raise SystemExit(_main())
