@@ -109,3 +109,16 @@ class InstancesConfig(RayOptions):
         "seed-determined sample; a long document enters as one region of ~8 x max_seq_length tokens, "
         "chosen in proportion to its sentences, plus a tail)",
     )
+    heldout_shards: int = Field(
+        0, ge=0, description="hold out the last K document shards (a random sample of documents, since "
+        "documents are assigned to shards by hash): split 'train' leaves them out, split 'heldout' uses only them",
+    )
+    split: Literal["train", "heldout"] = Field(
+        "train", description="which side of heldout_shards to make instances from (random-next B too)"
+    )
+
+    @model_validator(mode="after")
+    def _split_needs_heldout(self) -> "InstancesConfig":
+        if self.split == "heldout" and self.heldout_shards == 0:
+            raise ValueError("split 'heldout' needs heldout_shards >= 1")
+        return self

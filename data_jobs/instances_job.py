@@ -155,6 +155,18 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
 
 # ---------------------------------------------------------------- driver side
 
+def _select_split(files: list[FileEntry], cfg: InstancesConfig) -> list[FileEntry]:
+    """The shards of ``cfg.split``: held-out documents never reach training instances, not even as a
+    random next sentence (the pool is built from the selected shards only)."""
+    if cfg.heldout_shards == 0:
+        return files
+    if cfg.heldout_shards >= len(files):
+        raise UserError(f"{cfg.shards_dir}: heldout_shards={cfg.heldout_shards} leaves no training shard "
+                        f"(the dataset has {len(files)} shards)")
+    cut = len(files) - cfg.heldout_shards
+    return files[:cut] if cfg.split == "train" else files[cut:]
+
+
 def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
     d = Path(shards_dir)
     if not d.is_dir():
@@ -205,6 +217,7 @@ def _reusable(out: Path, shard: int, key: dict) -> dict | None:
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
+    shard_files = _select_split(shard_files, cfg)
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
     existing = _check_output(out, cfg, vocab) if out.is_dir() else None

@@ -47,7 +47,11 @@ class EvaluationSpec(StrictModel):
     """Which evaluations run on the exported model; a task left empty is not run."""
 
     intrinsic: Optional[IntrinsicSpec] = Field(
-        None, description="MLM/NSP accuracy on instances re-made with heldout_seed (same documents, fresh masks)"
+        None, description="MLM/NSP accuracy and perplexity on held-out instances, for every checkpoint"
+    )
+    heldout_shards: int = Field(
+        1, ge=0, description="document shards held out of every phase's training instances and used for the "
+        "intrinsic evaluation (0: re-make the training documents with heldout_seed instead)",
     )
     heldout_seed: int = Field(
         987654321, description="seed of the held-out instances made for intrinsic (fresh masks and pairs)"
@@ -126,9 +130,13 @@ def make_plan(cfg: PipelineConfig) -> Plan:
     vocab_dir, vocab = _named(root, "vocab", VocabConfig, cfg.vocab, shards_dir=docs_dir)
     instances, train = {}, {}
     prev_run: Optional[Path] = None
+    ev = cfg.evaluation
+    # Held-out documents: the last shards (a hash-random sample of documents) stay out of training.
+    hold = ev.heldout_shards if ev.intrinsic is not None else 0
     for phase in cfg.phases:
+        spec = phase.instances.model_copy(update={"heldout_shards": hold, "split": "train"}) if hold else phase.instances
         inst_dir, instances[phase.name] = _named(
-            root, "instances", InstancesConfig, phase.instances, f"{phase.name}-", shards_dir=docs_dir, vocab_dir=vocab_dir
+            root, "instances", InstancesConfig, spec, f"{phase.name}-", shards_dir=docs_dir, vocab_dir=vocab_dir
         )
         run_dir, train[phase.name] = _named(
             root, "runs", TrainConfig, phase.train, f"{phase.name}-", data_dir=inst_dir, init_from=prev_run
@@ -136,11 +144,12 @@ def make_plan(cfg: PipelineConfig) -> Plan:
         prev_run = run_dir
     last_run = Path(train[cfg.phases[-1].name].output_dir)
     export_dir = root / "export" / last_run.name
-    ev = cfg.evaluation
     heldout, evals = None, {}
     if ev.intrinsic is not None:
-        # Held-out instances: the last phase's recipe with another seed (fresh masks and sentence pairs).
-        last = cfg.phases[-1].instances.model_copy(update={"seed": ev.heldout_seed})
+        # Held-out instances: the last phase's recipe on the held-out shards (or, with heldout_shards=0,
+        # on the training documents), with another seed: fresh masks and sentence pairs.
+        update = {"seed": ev.heldout_seed, **({"heldout_shards": hold, "split": "heldout"} if hold else {})}
+        last = cfg.phases[-1].instances.model_copy(update=update)
         held_dir, heldout = _named(
             root, "instances", InstancesConfig, last, "heldout-", shards_dir=docs_dir, vocab_dir=vocab_dir
         )
@@ -162,7 +171,7 @@ def demo_config(output_root: str = "runs/demo", inputs: Optional[list[str]] = No
     """The ``make demo`` preset: built-in corpus, small vocab, tiny model, one short phase, MLM/NSP eval."""
     data = {
         "output_root": output_root,
-        "shard": {"inputs": inputs or ["builtin:python-docs"], "num_shards": 2, "num_workers": 2},
+        "shard": {"inputs": inputs or ["builtin:python-docs"], "num_shards": 5, "num_workers": 2},
         "vocab": {"vocab_size": 2000, "min_frequency": 2},
         "phases": [
             {
