@@ -84,8 +84,11 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed mid-save
             (tmp / "rng").mkdir(parents=True)
         self.barrier()
-        engine.save(tmp / "engine", client_state=state)
-        torch.save(rng_state(), tmp / "rng" / f"rank_{self.rank:05d}.pt")
+        try:
+            engine.save(tmp / "engine", client_state=state)
+            torch.save(rng_state(), tmp / "rng" / f"rank_{self.rank:05d}.pt")
+        except (OSError, RuntimeError) as err:  # torch reports a full disk as an iostream RuntimeError
+            raise UserError(f"{tmp}: cannot write the checkpoint: {_write_failure(tmp, err)}") from None
         self.barrier()
         if self.rank == 0:
             for fname, obj in files.items():
@@ -150,6 +153,15 @@ def verify(path: Path) -> None:
             raise UserError(f"{f}: size {f.stat().st_size} != {meta['bytes']} recorded at save (truncated?)")
         if sha256_file(f) != meta["sha256"]:
             raise UserError(f"{f}: checksum mismatch (corrupt checkpoint file)")
+
+
+def _write_failure(directory: Path, err: BaseException) -> str:
+    """A full disk often surfaces without errno (torch: 'iostream error'): say so when it is full."""
+    try:
+        full = shutil.disk_usage(directory).free < (1 << 20)
+    except OSError:
+        full = False
+    return "No space left on device" if full or getattr(err, "errno", None) == 28 else _first_line(err)
 
 
 def _first_line(err: BaseException) -> str:

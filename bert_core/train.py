@@ -217,6 +217,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
+    if config.launcher == "deepspeed" and config.hostfile:
+        from bert_core.hostfile import read_hostfile
+
+        read_hostfile(config.hostfile)  # unknown host: one line now, not an ssh timeout later
     if config.launcher == "ray":
         from bert_core.ray_train import launch
 

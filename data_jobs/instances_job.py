@@ -338,6 +338,9 @@ def _unwrap(ray, ref):
         cause = getattr(err, "cause", None)
         if isinstance(cause, UserError):
             raise UserError(str(cause)) from None
+        if isinstance(cause, OSError):  # disk full, permission denied: the environment, in one line
+            text = cause.strerror or (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+            raise UserError(f"{cause.filename or 'instances worker'}: {text}") from None
         raise
 
 

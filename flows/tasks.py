@@ -110,6 +110,10 @@ def _launch(config, resume: bool, log):
 
 def _launch_subprocess(config, resume: bool, log):
     """``torchrun``/``deepspeed`` starting ``bert_core.train`` ranks (hostfile for multi-node)."""
+    if config.launcher == "deepspeed" and config.hostfile:
+        from bert_core.hostfile import read_hostfile
+
+        read_hostfile(config.hostfile)  # an unknown host: one clear error, not an ssh timeout later
     import shutil
     import subprocess
     import sys
