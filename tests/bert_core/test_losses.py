@@ -19,14 +19,7 @@ from bert_core.losses import (
 LN3 = math.log(3.0)
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from 2 threads, and on a loaded machine OpenMP's spinning threads
-    made a 15-step run take 20 s instead of 0.2 s."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/bert_core/conftest.py
 
 
 
