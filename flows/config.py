@@ -167,7 +167,7 @@ def make_plan(cfg: PipelineConfig) -> Plan:
     )
 
 
-def demo_config(output_root: str = "runs/demo", inputs: Optional[list[str]] = None, max_steps: int = 40) -> PipelineConfig:
+def demo_config(output_root: str = "runs/demo", inputs: Optional[list[str]] = None, max_steps: int = 300) -> PipelineConfig:
     """The ``make demo`` preset: built-in corpus, small vocab, tiny model, one short phase, MLM/NSP eval."""
     data = {
         "output_root": output_root,

@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flows.demo", description=__doc__.splitlines()[0])
     p.add_argument("--output-root", default="runs/demo", help="where everything lands (default runs/demo)")
-    p.add_argument("--max-steps", type=int, default=40, help="pretraining steps of the tiny model (default 40)")
+    p.add_argument("--max-steps", type=int, default=300, help="pretraining steps of the tiny model (default 300)")
     args = p.parse_args(argv)
 
     from flows.config import demo_config, make_plan
