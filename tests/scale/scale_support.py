@@ -174,18 +174,19 @@ class RayCluster:
                 out.update({k: n["id"] for k in ("head", "worker_node") if k in n["res"]})
         return out
 
-    def task_nodes(self, exclude_jobs: set[str] = frozenset()) -> dict[str, set[tuple[str, str]]]:
-        """{job id: {(task name, node id)}} of every finished task, from Ray's state API (task events
-        reach the dashboard about once a second: polled until two reads agree)."""
+    def tasks(self, state: str | None = "FINISHED") -> list[tuple[str, str, str, str]]:
+        """(job id, task name, node id, state) of every task attempt (only ``state`` ones if given),
+        from Ray's state API; task events reach it about once a second: polled until two reads agree."""
+        flt = [("state", "=", state)] if state else []
         code = f"""
 import json, time, ray
 from ray.util.state import list_tasks
 ray.init(address={self.address!r}, log_to_driver=False)
 prev = None
 for _ in range(20):
-    rows = list_tasks(address="http://127.0.0.1:{self.dashboard_port}", filters=[("state", "=", "FINISHED")],
+    rows = list_tasks(address="http://127.0.0.1:{self.dashboard_port}", filters={flt!r}, detail=True,
                       limit=10000, raise_on_missing_output=False)
-    cur = sorted((t.job_id, t.name, t.node_id) for t in rows)
+    cur = sorted((t.job_id, t.name, t.node_id or "", t.state) for t in rows)
     if cur == prev:
         break
     prev = cur
@@ -195,8 +196,12 @@ print("TASKS " + json.dumps(cur))
         proc = run_cli(["-c", code], self.env, timeout=120)
         line = [x for x in proc.stdout.splitlines() if x.startswith("TASKS ")]
         assert line, proc.stderr[-3000:]
+        return [tuple(r) for r in json.loads(line[0][6:])]
+
+    def task_nodes(self, exclude_jobs: set[str] = frozenset()) -> dict[str, set[tuple[str, str]]]:
+        """{job id: {(task name, node id)}} of every finished task."""
         out: dict[str, set[tuple[str, str]]] = {}
-        for job, name, node in json.loads(line[0][6:]):
+        for job, name, node, _ in self.tasks():
             if job not in exclude_jobs:
                 out.setdefault(job, set()).add((name, node))
         return out
