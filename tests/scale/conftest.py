@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale_support, beside this file
 
-from scale_support import TALLY, RayCluster  # noqa: E402
+from scale_support import DS_ARGS, REPO, TALLY, RayCluster, base_env, free_port, run_cli  # noqa: E402
 
 
 @pytest.fixture(scope="package")
@@ -25,6 +25,22 @@ def two_node_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="package")
+def ds_reference(tmp_path_factory) -> dict:
+    """One ``torchrun --nproc_per_node 2`` DeepSpeed ZeRO-2 run on a small instances dataset: the
+    single-launcher reference the two-node launches (torchrun, Ray Train) are compared with."""
+    sys.path.insert(0, str(REPO / "tests" / "bert_core"))
+    from train_helpers import write_dataset
+
+    root = tmp_path_factory.mktemp("dsref")
+    data = write_dataset(root / "data", n=64, vocab_size=100, max_seq=32)
+    proc = run_cli(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                    "--master_port", str(free_port()), "-m", "bert_core.train", "--launcher", "torchrun",
+                    "--data-dir", str(data), "--output-dir", str(root / "run"), *DS_ARGS], base_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"data": data, "run": root / "run"}
 
 
 def pytest_terminal_summary(terminalreporter):

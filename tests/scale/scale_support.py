@@ -31,6 +31,18 @@ WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo li
 TALLY = {"passed": 0, "failed": 0, "skipped": 0}
 
 
+# DeepSpeed runs compared across launchers (torchrun 2 ranks, torchrun 2 nodes, Ray Train 2 nodes).
+DS_ARGS = ["--engine", "deepspeed", "--zero-stage", "2", "--max-steps", "3", "--save-every", "3", "--log-every", "1",
+           "--micro-batch-size", "4", "--lr", "1e-3", "--seed", "9"]
+LOSS_KEYS = ("step", "loss", "mlm_loss", "nsp_loss", "grad_norm", "lr")
+
+
+def losses(run_dir: Path) -> list[tuple]:
+    """The logged trajectory of a run (floats compared exactly by the tests)."""
+    rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [tuple(r.get(k) for k in LOSS_KEYS) for r in rows]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

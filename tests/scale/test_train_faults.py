@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from scale_support import REPO, base_env, free_port, kill_group, run_cli
+from scale_support import DS_ARGS, REPO, base_env, free_port, kill_group, losses, run_cli
 
 sys.path.insert(0, str(REPO / "tests" / "bert_core"))
 from train_helpers import write_dataset  # noqa: E402
@@ -69,11 +69,6 @@ def _metrics(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _losses(run_dir: Path) -> list[tuple]:
-    keys = ("step", "loss", "mlm_loss", "nsp_loss", "grad_norm", "lr")
-    return [tuple(r.get(k) for k in keys) for r in _metrics(run_dir)]
-
-
 def _one_error(proc: subprocess.CompletedProcess) -> str:
     errors = [x for x in proc.stderr.splitlines() if x.startswith("bertflow: error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -115,7 +110,7 @@ def test_kill_mid_checkpoint_write_resumes_from_last_complete(point, data, unbro
     proc = run_cli(["-m", "bert_core.train", "--data-dir", str(data), "--output-dir", str(out), *TRAIN, "--resume"],
                    base_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _losses(out) == _losses(unbroken)  # bitwise: floats compared exactly
+    assert losses(out) == losses(unbroken)  # bitwise: floats compared exactly
     assert [r["step"] for r in _metrics(out)] == list(range(1, STEPS + 1))
     wa, wb = (load_model_from_checkpoint(d)[0].state_dict() for d in (unbroken, out))
     import torch
@@ -154,15 +149,8 @@ def test_corrupt_checkpoint_file_is_refused_naming_it(damage, data, unbroken, tm
 
 
 @pytest.mark.deepspeed
-def test_torchrun_two_nodes_on_loopback_matches_one_launcher(data, tmp_path):
-    ds = ["--engine", "deepspeed", "--zero-stage", "2", "--launcher", "torchrun", "--max-steps", "3",
-          "--save-every", "3", "--log-every", "1", "--micro-batch-size", "4", "--lr", "1e-3", "--seed", "9"]
-    env = base_env()
-    one = tmp_path / "one"
-    proc = run_cli(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                    "--master_port", str(free_port()), "-m", "bert_core.train", "--data-dir", str(data),
-                    "--output-dir", str(one), *ds], env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_torchrun_two_nodes_on_loopback_matches_one_launcher(ds_reference, tmp_path):
+    ds, data, env = ["--launcher", "torchrun", *DS_ARGS], ds_reference["data"], base_env()
     two = tmp_path / "two"
     port = free_port()
     procs = []
@@ -183,4 +171,4 @@ def test_torchrun_two_nodes_on_loopback_matches_one_launcher(data, tmp_path):
     state = json.loads((two / "checkpoints" / "step_00000003" / "trainer_state.json").read_text())
     assert state["world_size"] == 2
     assert {p.name for p in (two / "checkpoints" / "step_00000003" / "rng").iterdir()} == {"rank_00000.pt", "rank_00001.pt"}
-    assert _losses(two) == _losses(one)
+    assert losses(two) == losses(ds_reference["run"]) and len(losses(two)) == 3

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scale_support import REPO, base_env, run_cli, tree_bytes, write_corpus
+from scale_support import DS_ARGS, REPO, base_env, losses, run_cli, tree_bytes, write_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -90,25 +90,21 @@ def test_instances_job_spans_both_nodes_and_matches_single_node(two_node_cluster
 
 
 @pytest.mark.deepspeed
-def test_ray_train_deepspeed_one_worker_per_node(two_node_cluster, tmp_path):
+def test_ray_train_deepspeed_one_worker_per_node(two_node_cluster, ds_reference, tmp_path):
     """Two Ray Train workers with 1 CPU each on nodes with 1 CPU each: one per node, by construction;
-    the state API confirms it. ZeRO-2 over gloo between the two nodes."""
-    sys.path.insert(0, str(REPO / "tests" / "bert_core"))
-    from train_helpers import write_dataset
-
+    the state API confirms it. ZeRO-2 over gloo between the two nodes; the losses equal those of
+    one ``torchrun --nproc_per_node 2`` launch of the same config."""
     cluster = two_node_cluster
-    data = write_dataset(tmp_path / "data", n=64, vocab_size=100, max_seq=32)
     out = tmp_path / "run"
     _ok(run_cli(["-m", "bert_core.train", "--launcher", "ray", "--ray-address", cluster.address, "--num-workers", "2",
-                 "--engine", "deepspeed", "--zero-stage", "2", "--data-dir", str(data), "--output-dir", str(out),
-                 "--micro-batch-size", "4", "--max-steps", "3", "--save-every", "3", "--log-every", "1",
-                 "--lr", "1e-3", "--dropout", "0.0"], cluster.env, timeout=300))
+                 "--data-dir", str(ds_reference["data"]), "--output-dir", str(out), *DS_ARGS], cluster.env, timeout=300))
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     state = json.loads((out / "checkpoints" / "step_00000003" / "trainer_state.json").read_text())
     assert state["world_size"] == 2 and state["zero_stage"] == 2
     workers = cluster.actor_nodes("RayTrainWorker")
     assert len(workers) == 2 and set(workers) == set(cluster.node_ids().values()), workers
+    assert losses(out) == losses(ds_reference["run"])
 
 
 def test_worker_node_killed_mid_instance_job(two_node_cluster, single_node, tmp_path):
