@@ -83,7 +83,8 @@ def test_instances_job_spans_both_nodes_and_matches_single_node(two_node_cluster
     _ok(run_cli(_instances_cmd(cluster, single_node / "docs", single_node / "vocab", out), cluster.env))
     jobs = cluster.task_nodes(exclude_jobs=before)
     assert len(jobs) == 1, jobs
-    nodes = {node for name, node in next(iter(jobs.values())) if name == "process_shard"}
+    # Ray may place all of one stage on one node (lease reuse); the job as a whole used both.
+    nodes = {node for name, node in next(iter(jobs.values())) if name in ("build_pool_part", "process_shard")}
     assert nodes == set(cluster.node_ids().values()), jobs
     ref = tree_bytes(single_node / "inst")
     assert len(ref) >= NUM_SHARDS and tree_bytes(out) == ref
