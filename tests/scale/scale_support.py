@@ -270,3 +270,17 @@ print("ACTORS " + json.dumps([a.node_id for a in rows if a.class_name == {class_
         except OSError:
             pass
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def truncate_file(p: Path) -> None:
+    """Cut a file in half (a write that stopped midway)."""
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def flip_bytes(p: Path) -> None:
+    """Flip 8 bytes in the middle, keeping the size: only a checksum can tell."""
+    data = bytearray(p.read_bytes())
+    mid = len(data) // 2
+    for i in range(mid, mid + 8):
+        data[i] ^= 0xFF
+    p.write_bytes(bytes(data))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from scale_support import REPO, run_cli, tree_bytes, write_corpus
+from scale_support import REPO, flip_bytes, run_cli, tree_bytes, truncate_file, write_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -108,21 +108,7 @@ def test_instances_job_killed_midway_reruns_identically(pattern, two_node_cluste
     assert a["files"] == b["files"] and a["totals"] == b["totals"]
 
 
-def _truncate(p: Path) -> None:
-    data = p.read_bytes()
-    p.write_bytes(data[: len(data) // 2])
-
-
-def _flip(p: Path) -> None:
-    """Flip bytes in the middle, keeping the size: only a checksum can tell."""
-    data = bytearray(p.read_bytes())
-    mid = len(data) // 2
-    for i in range(mid, mid + 8):
-        data[i] ^= 0xFF
-    p.write_bytes(bytes(data))
-
-
-@pytest.mark.parametrize("damage", [_truncate, _flip], ids=["truncated", "flipped"])
+@pytest.mark.parametrize("damage", [truncate_file, flip_bytes], ids=["truncated", "flipped"])
 def test_corrupt_shard_is_named_refused_and_recomputed(damage, two_node_cluster, unbroken, tmp_path):
     import shutil
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from scale_support import DS_ARGS, REPO, base_env, free_port, kill_group, losses, run_cli
+from scale_support import DS_ARGS, REPO, base_env, flip_bytes, free_port, kill_group, losses, run_cli, truncate_file
 
 sys.path.insert(0, str(REPO / "tests" / "bert_core"))
 from train_helpers import write_dataset  # noqa: E402
@@ -119,19 +119,7 @@ def test_kill_mid_checkpoint_write_resumes_from_last_complete(point, data, unbro
     assert not half.exists()  # the next save of that step cleared the debris
 
 
-def _truncate(p: Path) -> None:
-    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
-
-
-def _flip(p: Path) -> None:
-    data = bytearray(p.read_bytes())
-    mid = len(data) // 2
-    for i in range(mid, mid + 8):
-        data[i] ^= 0xFF
-    p.write_bytes(bytes(data))
-
-
-@pytest.mark.parametrize("damage", [_truncate, _flip], ids=["truncated", "flipped"])
+@pytest.mark.parametrize("damage", [truncate_file, flip_bytes], ids=["truncated", "flipped"])
 def test_corrupt_checkpoint_file_is_refused_naming_it(damage, data, unbroken, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(unbroken, run)
