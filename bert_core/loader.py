@@ -65,11 +65,7 @@ class InstanceDataset:
 
     def __init__(self, data_dir: str | Path, verify: str = "size"):
         self.dir = Path(data_dir)
-        if not self.dir.is_dir():
-            raise UserError(f"{self.dir}: data directory not found")
-        self.manifest = Manifest.read(self.dir)
-        if self.manifest.kind != "instances":
-            raise UserError(f"{self.dir}: manifest kind is {self.manifest.kind!r}, expected 'instances'")
+        self.manifest = Manifest.read(self.dir, kind="instances")
         problems = self.manifest.verify_files(self.dir, deep=(verify == "deep")) if verify != "none" else []
         if problems:
             raise UserError(f"{self.dir}: {len(problems)} bad file(s): {problems[0]}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -239,6 +238,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the copy imported under the package name: Ray pickles remote functions by module, and a
     # worker cannot import "__main__" (this is how `ray job submit -- python -m bert_core.train` runs).
-    from bert_core.train import main as _main
+    from bert_core.train import main as _package_main
 
-    raise SystemExit(_main())
+    raise SystemExit(_package_main())

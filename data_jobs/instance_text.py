@@ -32,14 +32,11 @@ def decode_examples(dataset_dir, n: int = 3) -> list[str]:
 
     import pyarrow.parquet as pq
 
-    from data_jobs.common import UserError
     from data_jobs.schema import Manifest
     from data_jobs.tokenization import read_vocab
 
     d = Path(dataset_dir)
-    m = Manifest.read(d)
-    if m.kind != "instances":
-        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected instances")
+    m = Manifest.read(d, kind="instances")
     vocab = read_vocab(m.totals["vocab_file"])
     task = m.totals.get("sentence_task", "nsp")
     out: list[str] = []

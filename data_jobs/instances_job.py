@@ -169,11 +169,7 @@ def _select_split(files: list[FileEntry], cfg: InstancesConfig) -> list[FileEntr
 
 def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
     d = Path(shards_dir)
-    if not d.is_dir():
-        raise UserError(f"{d}: shards directory not found")
-    m = Manifest.read(d)
-    if m.kind != "documents":
-        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected document shards")
+    m = Manifest.read(d, kind="documents")
     problems = m.verify_files(d, deep=False)
     if problems:
         raise UserError(problems[0])
@@ -384,6 +380,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the copy imported under the package name: Ray pickles remote functions by module, and a
     # worker cannot import "__main__" (this is how `ray job submit -- python -m data_jobs.instances_job` runs).
-    from data_jobs.instances_job import main as _main
+    from data_jobs.instances_job import main as _package_main
 
-    raise SystemExit(_main())
+    raise SystemExit(_package_main())

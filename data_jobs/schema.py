@@ -54,6 +54,10 @@ def instances_schema(vocab_size: int) -> pa.Schema:
     )
 
 
+# How errors name each kind of dataset.
+KIND_NAMES = {"documents": "document shards", "vocab": "a vocab dataset", "instances": "instances"}
+
+
 class FileEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,15 +88,23 @@ class Manifest(BaseModel):
         return path
 
     @classmethod
-    def read(cls, directory: str | Path) -> "Manifest":
-        path = Path(directory) / MANIFEST_NAME
+    def read(cls, directory: str | Path, kind: str | None = None) -> "Manifest":
+        """The manifest of a dataset directory; with ``kind``, also check that the directory exists and
+        holds that kind of dataset (one-line UserError otherwise)."""
+        d = Path(directory)
+        what = KIND_NAMES.get(kind or "", kind)
+        if kind is not None and not d.is_dir():
+            raise UserError(f"{d}: directory not found (expected {what})")
+        path = d / MANIFEST_NAME
         if not path.is_file():
             raise UserError(f"{path}: no manifest (not a finished bertflow dataset directory)")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return cls.model_validate(data)
+            manifest = cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (ValueError, TypeError) as err:
             raise UserError(f"{path}: corrupt manifest: {str(err).splitlines()[0]}") from None
+        if kind is not None and manifest.kind != kind:
+            raise UserError(f"{d}: manifest is of kind {manifest.kind!r}, expected {what}")
+        return manifest
 
     def verify_files(self, directory: str | Path, deep: bool = True) -> list[str]:
         """Return a list of problems ('<file>: missing', '<file>: checksum mismatch'); empty if sound."""

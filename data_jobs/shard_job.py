@@ -272,6 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the copy imported under the package name: Ray pickles remote functions by module, and a
     # worker cannot import "__main__" (this is how `ray job submit -- python -m data_jobs.shard_job` runs).
-    from data_jobs.shard_job import main as _main
+    from data_jobs.shard_job import main as _package_main
 
-    raise SystemExit(_main())
+    raise SystemExit(_package_main())

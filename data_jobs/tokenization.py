@@ -133,11 +133,7 @@ def load_vocab_dir(vocab_dir: str | Path) -> VocabInfo:
     from data_jobs.schema import Manifest
 
     d = Path(vocab_dir)
-    if not d.is_dir():
-        raise UserError(f"{d}: vocab directory not found")
-    manifest = Manifest.read(d)
-    if manifest.kind != "vocab":
-        raise UserError(f"{d}: manifest is of kind {manifest.kind!r}, expected a vocab dataset")
+    manifest = Manifest.read(d, kind="vocab")
     info = vocab_info(d / VOCAB_FILE, bool(manifest.config.get("lowercase", True)))
     if manifest.vocab_hash and manifest.vocab_hash != info.vocab_hash:
         raise UserError(f"{d / VOCAB_FILE}: vocab changed since its manifest was written (hash mismatch)")

@@ -31,9 +31,7 @@ def iter_shard_sentences(shards_dir: str | Path, batch_rows: int = 1024) -> Iter
     import pyarrow.parquet as pq
 
     d = Path(shards_dir)
-    m = Manifest.read(d)
-    if m.kind != "documents":
-        raise UserError(f"{d}: manifest is of kind {m.kind!r}, expected document shards")
+    m = Manifest.read(d, kind="documents")
     for entry in sorted(m.files, key=lambda f: f.name):
         path = d / entry.name
         if not path.is_file():
@@ -91,10 +89,7 @@ def _source_hash(cfg: VocabConfig) -> str:
     """What the vocab is made from: the adopted file's tokens, or the documents dataset's manifest."""
     if cfg.vocab_file:
         return vocab_hash(cfg.vocab_file)
-    d = Path(cfg.shards_dir)
-    if not d.is_dir():
-        raise UserError(f"{d}: shards directory not found")
-    return stable_hash(Manifest.read(d).model_dump(mode="json"))
+    return stable_hash(Manifest.read(cfg.shards_dir, kind="documents").model_dump(mode="json"))
 
 
 def run(cfg: VocabConfig) -> Manifest:
@@ -165,6 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the copy imported under the package name: Ray pickles remote functions by module, and a
     # worker cannot import "__main__" (this is how `ray job submit -- python -m data_jobs.vocab_job` runs).
-    from data_jobs.vocab_job import main as _main
+    from data_jobs.vocab_job import main as _package_main
 
-    raise SystemExit(_main())
+    raise SystemExit(_package_main())
