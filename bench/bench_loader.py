@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import torch
 
 from bert_core.loader import BatchLoader, InstanceDataset
-from data_jobs.common import stable_hash
-from data_jobs.schema import Manifest, file_entry, instances_schema
+from contracts.common import stable_hash
+from contracts.schema import Manifest, file_entry, instances_schema
 
 
 def _list(lengths: np.ndarray, values: np.ndarray, typ) -> pa.Array:

@@ -25,7 +25,7 @@ import torch
 
 from bert_core.config import ModelConfig
 from bert_core.model import BertForPreTraining
-from data_jobs.common import UserError, build_config, fsync_dir, sha256_file, write_json_atomic
+from contracts.common import UserError, build_config, fsync_dir, sha256_file, write_json_atomic
 
 MARKER = "COMPLETE"
 STATE = "trainer_state.json"

@@ -19,7 +19,7 @@ from typing import Sequence
 import yaml
 
 from bert_core.train_config import TrainConfig, ds_config
-from data_jobs.common import UserError, run_main
+from contracts.common import UserError, run_main
 
 WORLD = 64  # 8 nodes x 8 GPUs
 COMMON = dict(model="large", engine="deepspeed", zero_stage=0, precision="bf16", optimizer="lamb",

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from data_jobs.common import StrictModel, UserError
+from contracts.common import StrictModel, UserError
 
 PresetName = Literal["tiny", "mini", "small", "base", "large"]
 

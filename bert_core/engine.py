@@ -25,7 +25,7 @@ from bert_core.losses import pretraining_loss
 from bert_core.model import BertForPreTraining
 from bert_core.optim import make_optimizer, make_scheduler
 from bert_core.train_config import TrainConfig, ds_config
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 METRIC_KEYS = ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc")
 DS_TAG = "ds"

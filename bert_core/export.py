@@ -18,7 +18,7 @@ import torch
 
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
-from data_jobs.common import UserError, run_main
+from contracts.common import UserError, run_main
 
 
 def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:

@@ -16,7 +16,7 @@ from torch import nn
 
 from bert_core.config import ModelConfig
 from bert_core.model import BertModel, init_bert_weights
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 H = TypeVar("H", bound="_EncoderHead")
 

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from bert_core.config import ModelConfig
 from bert_core.model import BertForPreTraining, init_bert_weights
-from data_jobs.common import UserError, build_config, fsync_dir
+from contracts.common import UserError, build_config, fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import re
 import socket
 from pathlib import Path
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 _LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>\d+)$")
 

@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import torch
 
 from bert_core.config import ModelConfig
-from data_jobs.common import UserError
-from data_jobs.schema import Manifest
+from contracts.common import UserError
+from contracts.schema import Manifest
 
 DEFAULT_BIN_SIZE = 32
 

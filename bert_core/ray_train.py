@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bert_core.train_config import TrainConfig
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 
 def _worker(loop_config: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
 from bert_core.train_config import TrainConfig, ds_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
-from data_jobs.common import UserError, build_config, load_config, run_main, write_json_atomic
+from contracts.common import UserError, build_config, load_config, run_main, write_json_atomic
 
 RUN_CONFIG = "train_config.json"
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}

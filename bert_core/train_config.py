@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import ConfigDict, Field, model_validator
 
 from bert_core.config import PRESETS, ModelConfig, preset
-from data_jobs.common import StrictModel, UserError, stable_hash
+from contracts.common import StrictModel, UserError, stable_hash
 
 # Fields that change where/how a run is launched or reported, never the numbers it produces:
 # a resumed run may change them.

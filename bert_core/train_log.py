@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from bert_core.config import ModelConfig
 from bert_core.metrics import PEAK_FLOPS, flops_per_token
-from data_jobs.common import atomic_path
+from contracts.common import atomic_path
 
 METRICS_FILE = "metrics.jsonl"
 

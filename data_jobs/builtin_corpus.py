@@ -34,7 +34,7 @@ def stdlib_dir() -> Path:
 def units(name: str) -> list[Unit]:
     """Work units of a built-in corpus: the help topics, then one per stdlib module (sorted)."""
     if name != PREFIX:
-        from data_jobs.common import UserError
+        from contracts.common import UserError
 
         raise UserError(f"{name}: unknown built-in corpus (available: {PREFIX})")
     root = stdlib_dir()

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from data_jobs.common import StrictModel
+from contracts.common import StrictModel
 
 InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "jsonl", "parquet"]
 
@@ -21,7 +21,7 @@ class RayOptions(StrictModel):
 
     def config_hash(self) -> str:
         """Hash of what determines the output: where and how widely it runs does not count."""
-        from data_jobs.common import stable_hash
+        from contracts.common import stable_hash
 
         return stable_hash(self.model_dump(mode="json", exclude={"num_workers", "ray_address"}))
 
@@ -54,7 +54,7 @@ class ShardConfig(RayOptions):
 
     def config_hash(self) -> str:
         """Hash of what determines the shards: not where they go, how wide it runs, or overwrite."""
-        from data_jobs.common import stable_hash
+        from contracts.common import stable_hash
 
         skip = {"num_workers", "ray_address", "output_dir", "overwrite"}
         return stable_hash(self.model_dump(mode="json", exclude=skip))

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_jobs.common import UserError, run_main
-from data_jobs.schema import Manifest
+from contracts.common import UserError, run_main
+from contracts.schema import Manifest
 
 
 def _fmt(value: Any, width: int = 100) -> str:

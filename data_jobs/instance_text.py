@@ -32,7 +32,7 @@ def decode_examples(dataset_dir, n: int = 3) -> list[str]:
 
     import pyarrow.parquet as pq
 
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
     from data_jobs.tokenization import read_vocab
 
     d = Path(dataset_dir)

@@ -30,9 +30,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from data_jobs.common import UserError, build_config, load_config, run_main, stable_hash, write_json_atomic
+from contracts.common import UserError, build_config, load_config, run_main, stable_hash, write_json_atomic
 from data_jobs.config import InstancesConfig
-from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
+from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
@@ -126,7 +126,7 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
     per round); the files appear under their final names only when all rounds are written."""
     import pyarrow.parquet as pq
 
-    from data_jobs.common import atomic_path
+    from contracts.common import atomic_path
     from data_jobs.instance_stats import merge_stats, new_stats
     from data_jobs.instances import round_table
 

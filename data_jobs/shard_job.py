@@ -18,10 +18,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from data_jobs.common import UserError, build_config, load_config, run_main, stable_hash
+from contracts.common import UserError, build_config, load_config, run_main, stable_hash
 from data_jobs.config import ShardConfig
 from data_jobs.readers import Unit, expand_inputs
-from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest
+from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
 from data_jobs.shard_tasks import (
     done_record, find_duplicates, merge_shard, partition_units, raise_if_error,
 )

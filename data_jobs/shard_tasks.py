@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data_jobs.common import UserError, atomic_path, sha256_file
+from contracts.common import UserError, atomic_path, sha256_file
 from data_jobs.readers import ReadStats, Unit, read_unit
-from data_jobs.schema import DOCUMENTS_SCHEMA
+from contracts.schema import DOCUMENTS_SCHEMA
 
 FLUSH_BYTES = 32 << 20  # text buffered per reading task before its buckets go to disk
 SHARD_NAME = "shard-{:05d}.parquet"

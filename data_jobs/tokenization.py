@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCAB_FILE = "vocab.txt"
@@ -130,7 +130,7 @@ def vocab_info(vocab_file: str | Path, lowercase: bool) -> VocabInfo:
 
 def load_vocab_dir(vocab_dir: str | Path) -> VocabInfo:
     """Read a vocab dataset directory (``vocab.txt`` + manifest of kind "vocab"), checking its hash."""
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
 
     d = Path(vocab_dir)
     manifest = Manifest.read(d, kind="vocab")

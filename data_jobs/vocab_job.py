@@ -20,9 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from data_jobs.common import UserError, atomic_path, build_config, load_config, run_main, stable_hash
+from contracts.common import UserError, atomic_path, build_config, load_config, run_main, stable_hash
 from data_jobs.config import VocabConfig
-from data_jobs.schema import MANIFEST_NAME, Manifest, file_entry
+from contracts.schema import MANIFEST_NAME, Manifest, file_entry
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
 

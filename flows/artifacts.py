@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from data_jobs.common import atomic_path
+from contracts.common import atomic_path
 
 # Prefect artifact keys: lowercase letters, digits and dashes only.
 KEY_DATA, KEY_TRAIN, KEY_LOSS, KEY_EVAL, KEY_SUMMARY = (

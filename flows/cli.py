@@ -6,7 +6,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from data_jobs.common import run_main
+from contracts.common import run_main
 
 # subcommand -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

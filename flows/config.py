@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
-from data_jobs.common import StrictModel, UserError, load_yaml, build_config
+from contracts.common import StrictModel, UserError, load_yaml, build_config
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from flows.specs import complete, spec_of
 

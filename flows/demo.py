@@ -50,6 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from data_jobs.common import run_main
+    from contracts.common import run_main
 
     sys.exit(run_main(main))

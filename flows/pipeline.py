@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
-from data_jobs.common import UserError, stable_hash, write_json_atomic
+from contracts.common import UserError, stable_hash, write_json_atomic
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
 from flows.tasks import data_job, evaluate_task, export_model, train_phase
@@ -158,7 +158,7 @@ def load_pipeline_config(path: Optional[str], output_root: Optional[str] = None)
 def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None) -> None:
     """A stage run on its own needs the previous stage's outputs: say so in one line before any flow
     starts, instead of a failed flow run with a traceback in its log."""
-    from data_jobs.schema import MANIFEST_NAME
+    from contracts.schema import MANIFEST_NAME
 
     plan = make_plan(cfg)
     if stage in ("all", "data"):
@@ -201,6 +201,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from data_jobs.common import run_main
+    from contracts.common import run_main
 
     sys.exit(run_main(main))

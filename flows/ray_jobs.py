@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from data_jobs.common import UserError, atomic_path
+from contracts.common import UserError, atomic_path
 
 ACTIVE = {"PENDING", "RUNNING"}
 MAX_RESUBMITS = 5

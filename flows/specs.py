@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, create_model
 
-from data_jobs.common import StrictModel, build_config
+from contracts.common import StrictModel, build_config
 
 
 def spec_of(model: type[BaseModel], drop: Iterable[str], name: str, doc: str | None = None) -> type[StrictModel]:

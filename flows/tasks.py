@@ -15,8 +15,8 @@ from typing import Any, Optional
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from data_jobs.common import UserError, write_json_atomic
-from data_jobs.schema import MANIFEST_NAME, Manifest
+from contracts.common import UserError, write_json_atomic
+from contracts.schema import MANIFEST_NAME, Manifest
 
 # Set to a stage name to make that stage's task fail once with a transient error (the next attempt,
 # i.e. Prefect's retry, succeeds). Used by the tests to exercise retries with real stages; harmless

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
-from data_jobs.common import build_config, load_yaml, run_main
+from contracts.common import build_config, load_yaml, run_main
 from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 
 

@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from data_jobs.common import StrictModel
+from contracts.common import StrictModel
 
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from data_jobs.common import UserError, atomic_path
+from contracts.common import UserError, atomic_path
 from bert_core.evaluation.config import GLUE_TASKS
 
 Label = Union[int, float]

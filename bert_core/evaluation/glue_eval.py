@@ -7,7 +7,7 @@ Test-set predictions come from the single run with the best dev score at the cho
 from __future__ import annotations
 
 from pathlib import Path
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation import glue
 from bert_core.evaluation.config import GlueConfig
 from bert_core.evaluation.metrics import PRIMARY_METRIC, glue_metrics

@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation.config import IntrinsicConfig
 from bert_core.evaluation.report import write_results
 from bert_core.evaluation.runner import run_jobs, worker_threads
@@ -112,7 +112,7 @@ def plot_curve(curve: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from data_jobs.common import atomic_path
+    from contracts.common import atomic_path
 
     steps = [p["step"] for p in curve]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.tokenization import read_vocab, vocab_hash
 from bert_core.evaluation.config import EvalBase
 

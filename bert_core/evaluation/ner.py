@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 IGNORE = -100
 _TAG = re.compile(r"^(O|[BI]-[A-Za-z]+)$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation import ner
 from bert_core.evaluation.config import NerConfig
 from bert_core.evaluation.metrics import ner_metrics

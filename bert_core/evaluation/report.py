@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from data_jobs.common import atomic_path, write_json_atomic
+from contracts.common import atomic_path, write_json_atomic
 
 
 def _mean_std(values: Sequence[float]) -> dict[str, float]:

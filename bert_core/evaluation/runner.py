@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation.config import EvalBase
 
 Job = Callable[..., dict]

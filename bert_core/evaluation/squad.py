@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def decode_predictions(examples: Sequence[SquadExample], windows: Sequence[Windo
 
 def write_predictions(path: str | Path, predictions: dict[str, str]) -> None:
     """``predictions.json`` as the official evaluator reads it: {question id: answer text}."""
-    from data_jobs.common import atomic_path
+    from contracts.common import atomic_path
 
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(predictions, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")

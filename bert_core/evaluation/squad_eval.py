@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation import squad
 from bert_core.evaluation.config import SquadConfig
 from bert_core.evaluation.metrics import squad_evaluate

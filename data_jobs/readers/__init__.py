@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterator
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.readers.base import Document, ReadStats, Unit
 from data_jobs.readers.mediawiki import read_mediawiki
 from data_jobs.readers.plain import read_bert, read_books

@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 # Reasons that mean "the input is damaged", as opposed to content policy (redirects, duplicates, ...).
 # With on_bad_input="fail" the first of these stops the run with one line naming the file.

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from typing import Any, Iterator
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.readers.base import Document, ReadStats
 from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
 from data_jobs.segment import split_sentences

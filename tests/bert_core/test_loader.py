@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bert_core.config import preset
 from bert_core.loader import BatchLoader, InstanceDataset
-from data_jobs.common import UserError
+from contracts.common import UserError
 from train_helpers import write_dataset
 
 

@@ -11,7 +11,7 @@ from bert_core.config import preset
 from bert_core.model import BertForPreTraining
 from bert_core.optim import Lamb, WarmupDecay, make_optimizer, param_groups
 from bert_core.train_config import TrainConfig, ds_config
-from data_jobs.common import UserError, build_config
+from contracts.common import UserError, build_config
 
 BASE = {"data_dir": "d", "output_dir": "o"}
 
@@ -133,7 +133,7 @@ def test_cluster_deepspeed_files_match_their_generator():
     from pathlib import Path
 
     from bert_core.cluster_configs import WORLD, generate
-    from data_jobs.common import load_config
+    from contracts.common import load_config
 
     root = Path(__file__).resolve().parents[2] / "cluster" / "deepspeed"
     for name, text in generate().items():

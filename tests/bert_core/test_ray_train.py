@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bert_core.train_config import TrainConfig
-from data_jobs.common import build_config
+from contracts.common import build_config
 from train_helpers import write_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.deepspeed]

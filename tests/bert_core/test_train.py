@@ -15,7 +15,7 @@ from bert_core.checkpoint import load_model_from_checkpoint
 from bert_core.train import main, run
 from bert_core.train_config import TrainConfig
 from bert_core.train_log import read_metrics
-from data_jobs.common import build_config
+from contracts.common import build_config
 from train_helpers import write_dataset
 
 KEYS = ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm")

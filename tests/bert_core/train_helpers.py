@@ -1,6 +1,6 @@
 """Test helpers for the trainer tests: small, valid instances datasets written from random tokens.
 
-The layout follows data_jobs.schema (instances_schema + Manifest with kind "instances"), so the
+The layout follows contracts.schema (instances_schema + Manifest with kind "instances"), so the
 loader sees exactly what the instances job writes.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_jobs.common import stable_hash
-from data_jobs.schema import Manifest, file_entry, instances_schema
+from contracts.common import stable_hash
+from contracts.schema import Manifest, file_entry, instances_schema
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_jobs.schema import DOCUMENTS_SCHEMA, Manifest, file_entry
+from contracts.schema import DOCUMENTS_SCHEMA, Manifest, file_entry
 from data_jobs.tokenization import SPECIAL_TOKENS
 
 _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[\"'A-Z])")

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.readers import ReadStats, read_documents
 from data_jobs.shard_job import main as shard_main
 from shard_fixtures import BERT_TEXT, MEDIAWIKI_XML, cfg

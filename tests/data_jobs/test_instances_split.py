@@ -4,9 +4,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
-from data_jobs.schema import Manifest
+from contracts.schema import Manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.shared_data]
 

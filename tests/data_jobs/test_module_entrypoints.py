@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from data_jobs.schema import Manifest
+from contracts.schema import Manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
 

@@ -12,7 +12,7 @@ import pytest
 
 from data_jobs.inspect import main as inspect_main
 from data_jobs.readers import ReadStats, read_documents
-from data_jobs.schema import DOCUMENTS_SCHEMA, Manifest
+from contracts.schema import DOCUMENTS_SCHEMA, Manifest
 from data_jobs.shard_job import main as shard_main
 from data_jobs.shard_job import run
 from data_jobs import shard_tasks

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from data_jobs.tokenization import load_vocab_dir, read_vocab, vocab_hash, vocab_info, wordpiece_tokenizer
 from instances_helpers import write_tiny_vocab
 

@@ -67,7 +67,7 @@ def first_run(harness, tmp_path_factory, corpus_file):
 
 
 def test_pipeline_produces_every_output(first_run):
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
     from flows.config import make_plan
 
     assert first_run["state"].is_completed(), first_run["state"]

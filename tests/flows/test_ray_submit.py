@@ -109,7 +109,7 @@ def _flow_logs(flow_run_id: str) -> list[str]:
 
 
 def test_shard_stage_as_ray_job(ray_head, harness, sample_text, tmp_path):
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
     from flows.ray_jobs import submission_id
 
     out = tmp_path / "documents"

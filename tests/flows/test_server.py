@@ -35,7 +35,7 @@ def test_prefect_deploy_all_accepts_prefect_yaml(completed_run):
 
 
 def test_triggered_run_completes_and_writes_outputs(completed_run):
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
     from flows.config import make_plan
 
     assert completed_run["state"]["type"] == "COMPLETED", completed_run["worker_log"][-4000:]

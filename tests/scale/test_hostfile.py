@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bert_core.hostfile import read_hostfile
-from data_jobs.common import UserError
+from contracts.common import UserError
 
 
 def test_reads_hosts_slots_and_comments(tmp_path):

@@ -25,7 +25,7 @@ INSTANCE_FLAGS = ["--max-seq-length", "32", "--max-predictions-per-seq", "5", "-
 
 REFERENCE = """
 import sys
-from data_jobs.common import build_config
+from contracts.common import build_config
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from data_jobs import instances_job, shard_job, vocab_job
 corpus, root = sys.argv[1:3]

@@ -37,8 +37,8 @@ SMALL_IDS = np.arange(2000, 2020)  # instances use 20 word ids only: a model can
 
 def write_instances(out: Path, vocab: Path, n: int = 96, max_seq: int = 32, max_pred: int = 5, seed: int = 0) -> Path:
     """A valid instances dataset ([CLS] A [SEP] B [SEP], [MASK]ed positions) over the real uncased vocab."""
-    from data_jobs.common import stable_hash
-    from data_jobs.schema import Manifest, file_entry, instances_schema
+    from contracts.common import stable_hash
+    from contracts.schema import Manifest, file_entry, instances_schema
     from data_jobs.tokenization import vocab_hash
 
     rng = np.random.default_rng(seed)

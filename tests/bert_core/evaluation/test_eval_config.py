@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation.cli import build_parser, config_from_args
 from bert_core.evaluation.report import markdown_report, summarize
 

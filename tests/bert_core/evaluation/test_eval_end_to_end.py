@@ -111,7 +111,7 @@ def test_user_error_inside_a_ray_task_reaches_the_driver(ray_local, pretrain_run
     """A checkpoint whose weights are damaged fails inside its Ray task; the driver gets the one-line error."""
     import shutil
 
-    from data_jobs.common import UserError
+    from contracts.common import UserError
     from bert_core.evaluation.intrinsic import run_intrinsic
 
     run_dir, held_out = pretrain_run

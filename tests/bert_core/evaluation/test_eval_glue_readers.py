@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation import glue
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from data_jobs.common import UserError
+from contracts.common import UserError
 from bert_core.evaluation import ner, squad
 from bert_core.evaluation.metrics import normalize_answer, squad_evaluate
 from bert_core.evaluation.text import bert_tokenizer
