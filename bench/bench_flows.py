@@ -23,7 +23,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 def direct(cfg) -> float:
     """Every stage called directly: data jobs, training, export, intrinsic evaluation."""
-    from bert_core import evaluation, train
+    import evaluation, train
     from bert_core.export import export_checkpoint
     from data_jobs import instances_job, shard_job, vocab_job
     from flows.config import make_plan

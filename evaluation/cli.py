@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from contracts.common import build_config, load_yaml, run_main
-from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 
 
 def _floats(s: str) -> list[float]:
@@ -97,18 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _runner(kind: str) -> tuple[type, Callable[[Any], dict]]:
     if kind == "glue":
-        from bert_core.evaluation.glue_eval import run_glue
+        from evaluation.glue_eval import run_glue
 
         return GlueConfig, run_glue
     if kind == "squad":
-        from bert_core.evaluation.squad_eval import run_squad
+        from evaluation.squad_eval import run_squad
 
         return SquadConfig, run_squad
     if kind == "ner":
-        from bert_core.evaluation.ner_eval import run_ner
+        from evaluation.ner_eval import run_ner
 
         return NerConfig, run_ner
-    from bert_core.evaluation.intrinsic import run_intrinsic
+    from evaluation.intrinsic import run_intrinsic
 
     return IntrinsicConfig, run_intrinsic
 
@@ -126,7 +126,7 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg = config_from_args(args)
     _, run = _runner(args.kind)
     results = run(cfg)
-    from bert_core.evaluation.report import markdown_report
+    from evaluation.report import markdown_report
 
     print(markdown_report(results))
     print(f"results: {cfg.output_dir}/results.json", file=sys.stderr)

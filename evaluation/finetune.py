@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bert_core.evaluation.config import FinetuneOptions
+from evaluation.config import FinetuneOptions
 
 Batch = dict[str, torch.Tensor]
 

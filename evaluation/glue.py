@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from contracts.common import UserError, atomic_path
-from bert_core.evaluation.config import GLUE_TASKS
+from evaluation.config import GLUE_TASKS
 
 Label = Union[int, float]
 

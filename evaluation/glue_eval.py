@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from contracts.common import UserError
-from bert_core.evaluation import glue
-from bert_core.evaluation.config import GlueConfig
-from bert_core.evaluation.metrics import PRIMARY_METRIC, glue_metrics
-from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation import glue
+from evaluation.config import GlueConfig
+from evaluation.metrics import PRIMARY_METRIC, glue_metrics
+from evaluation.report import summarize, write_results
+from evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 
 def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
@@ -30,7 +30,7 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
 def _encode(tok, examples, max_len: int, with_labels: bool):
     import torch
 
-    from bert_core.evaluation.text import encode_texts
+    from evaluation.text import encode_texts
 
     b = [e.text_b for e in examples] if examples[0].text_b is not None else None
     data = encode_texts(tok, [e.text_a for e in examples], b, max_len)
@@ -43,7 +43,7 @@ def _encode(tok, examples, max_len: int, with_labels: bool):
 def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -> list:
     import torch
 
-    from bert_core.evaluation.finetune import forward_inputs, predict
+    from evaluation.finetune import forward_inputs, predict
 
     logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device))
     if spec.labels is None:
@@ -53,9 +53,9 @@ def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -
 
 def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
     """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions."""
-    from bert_core.evaluation.finetune import fit, forward_inputs, set_seed
-    from bert_core.evaluation.modeling import build_head, device_for
-    from bert_core.evaluation.text import bert_tokenizer
+    from evaluation.finetune import fit, forward_inputs, set_seed
+    from evaluation.modeling import build_head, device_for
+    from evaluation.text import bert_tokenizer
     from bert_core.heads import BertForSequenceClassification
     from bert_core.losses import classification_loss
 
@@ -89,7 +89,7 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
 
 def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
     """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
-    from bert_core.evaluation.modeling import load_pretrained, resolve_vocab
+    from evaluation.modeling import load_pretrained, resolve_vocab
 
     specs = [glue.get_task(t) for t in cfg.tasks]
     for spec in specs:

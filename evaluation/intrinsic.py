@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 from contracts.common import UserError
-from bert_core.evaluation.config import IntrinsicConfig
-from bert_core.evaluation.report import write_results
-from bert_core.evaluation.runner import run_jobs, worker_threads
+from evaluation.config import IntrinsicConfig
+from evaluation.report import write_results
+from evaluation.runner import run_jobs, worker_threads
 
 
 def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
@@ -60,7 +60,7 @@ def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
     import torch
 
     from bert_core.checkpoint import load_model_from_checkpoint
-    from bert_core.evaluation.modeling import device_for, load_pretrained
+    from evaluation.modeling import device_for, load_pretrained
     from bert_core.loader import InstanceDataset
     from bert_core.losses import NO_SENTENCE_TASK, pretraining_loss
 

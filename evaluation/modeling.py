@@ -11,7 +11,7 @@ from typing import Optional
 
 from contracts.common import UserError
 from data_jobs.tokenization import read_vocab, vocab_hash
-from bert_core.evaluation.config import EvalBase
+from evaluation.config import EvalBase
 
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts.common import UserError
-from bert_core.evaluation import ner
-from bert_core.evaluation.config import NerConfig
-from bert_core.evaluation.metrics import ner_metrics
-from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation import ner
+from evaluation.config import NerConfig
+from evaluation.metrics import ner_metrics
+from evaluation.report import summarize, write_results
+from evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 NAMES = {"finetune": "CoNLL-2003 fine-tune", "feature": "CoNLL-2003 feature-based"}
 
@@ -34,9 +34,9 @@ def check_layers(cfg: NerConfig, model_config) -> None:
 
 
 def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, device):
-    from bert_core.evaluation.finetune import fit, forward_inputs, predict, set_seed
-    from bert_core.evaluation.modeling import build_head
-    from bert_core.evaluation.text import bert_tokenizer
+    from evaluation.finetune import fit, forward_inputs, predict, set_seed
+    from evaluation.modeling import build_head
+    from evaluation.text import bert_tokenizer
     from bert_core.heads import BertForTokenClassification
     from bert_core.losses import token_classification_loss
 
@@ -52,9 +52,9 @@ def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, devic
 
 
 def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, device):
-    from bert_core.evaluation.finetune import fit, predict, set_seed
-    from bert_core.evaluation.modeling import build_head
-    from bert_core.evaluation.text import bert_tokenizer
+    from evaluation.finetune import fit, predict, set_seed
+    from evaluation.modeling import build_head
+    from evaluation.text import bert_tokenizer
     from bert_core.heads import BertForTokenClassification
     from bert_core.losses import token_classification_loss
 
@@ -84,7 +84,7 @@ def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, 
 
 def ner_job(cfg_data: dict, mode: str, lr: float, seed: int) -> dict:
     """One (variant, lr, seed): train, tag the scored split, return a run record with seqeval metrics."""
-    from bert_core.evaluation.modeling import device_for
+    from evaluation.modeling import device_for
 
     cfg = NerConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
@@ -98,7 +98,7 @@ def ner_job(cfg_data: dict, mode: str, lr: float, seed: int) -> dict:
 
 def run_ner(cfg: NerConfig) -> dict:
     """Both variants over their lr grids and seeds as Ray tasks; writes results.json + report.md."""
-    from bert_core.evaluation.modeling import load_pretrained, resolve_vocab
+    from evaluation.modeling import load_pretrained, resolve_vocab
 
     load_splits(cfg)  # fail fast on bad files
     _, model_config, vocab = load_pretrained(cfg)

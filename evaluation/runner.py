@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from contracts.common import UserError
-from bert_core.evaluation.config import EvalBase
+from evaluation.config import EvalBase
 
 Job = Callable[..., dict]
 

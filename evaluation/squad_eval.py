@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts.common import UserError
-from bert_core.evaluation import squad
-from bert_core.evaluation.config import SquadConfig
-from bert_core.evaluation.metrics import squad_evaluate
-from bert_core.evaluation.report import summarize, write_results
-from bert_core.evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation import squad
+from evaluation.config import SquadConfig
+from evaluation.metrics import squad_evaluate
+from evaluation.report import summarize, write_results
+from evaluation.runner import progress as _progress, run_jobs, worker_threads
 
 EVAL_NAME = "SQuAD v1.1"
 
@@ -35,9 +35,9 @@ def split_data(cfg: SquadConfig) -> tuple[list, list]:
 
 def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
     """Fine-tune at (lr, seed); returns a run record with EM/F1 and the predictions."""
-    from bert_core.evaluation.finetune import fit, forward_inputs, predict, set_seed
-    from bert_core.evaluation.modeling import build_head, device_for
-    from bert_core.evaluation.text import bert_tokenizer
+    from evaluation.finetune import fit, forward_inputs, predict, set_seed
+    from evaluation.modeling import build_head, device_for
+    from evaluation.text import bert_tokenizer
     from bert_core.heads import BertForQuestionAnswering
     from bert_core.losses import span_loss
 
@@ -71,7 +71,7 @@ def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
 
 def run_squad(cfg: SquadConfig) -> dict:
     """Fine-tune every (lr, seed) as a Ray task; writes predictions.json (best run), results.json, report.md."""
-    from bert_core.evaluation.modeling import load_pretrained, resolve_vocab
+    from evaluation.modeling import load_pretrained, resolve_vocab
 
     train, eval_data = split_data(cfg)  # fail fast on bad files before any task starts
     if not train:

@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("bert_core.train:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
     "export": ("bert_core.export:main_export", "export a checkpoint to a Hugging Face BERT directory"),
     "import": ("bert_core.export:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
-    "eval": ("bert_core.evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
+    "eval": ("evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
     "pipeline": ("flows.pipeline:main", "run the whole pipeline (or one stage) as a Prefect flow"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),

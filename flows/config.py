@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
-from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
 from contracts.common import StrictModel, UserError, load_yaml, build_config
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig

@@ -211,7 +211,7 @@ def evaluate_task(kind: str, config: Any) -> dict:
     if results_file.is_file() and stamp.is_file() and stamp.read_text().strip() == config.config_hash():
         log.info(f"stage eval:{kind} already complete (manifest matches), skipping: {out}")
         return json.loads(results_file.read_text(encoding="utf-8"))
-    from bert_core import evaluation
+    import evaluation
 
     results = getattr(evaluation, f"run_{kind}")(config)
     if not results_file.is_file():  # the evaluation writes it; keep the pipeline's view regardless

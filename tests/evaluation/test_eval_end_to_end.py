@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from bert_core.evaluation.cli import main as eval_main
-from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from evaluation.cli import main as eval_main
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 logging.getLogger("bert_core.hf").setLevel(logging.ERROR)  # MiniLM has no cls.* heads: expected, not news
@@ -18,7 +18,7 @@ QUICK = dict(seeds=[1], batch_size=16, eval_batch_size=64, epochs=1, threads_per
 
 @pytest.mark.ray
 def test_glue_on_ray_matches_in_process(ray_local, tiny_hf, shared_data, tmp_path):
-    from bert_core.evaluation.glue_eval import glue_job, run_glue
+    from evaluation.glue_eval import glue_job, run_glue
 
     cfg = GlueConfig(model_path=str(tiny_hf), glue_dir=str(shared_data / "glue"), output_dir=str(tmp_path),
                      tasks=["SST-2", "MRPC", "STS-B"], learning_rates=[1e-3, 3e-4], max_train_examples=48,
@@ -42,7 +42,7 @@ def test_glue_on_ray_matches_in_process(ray_local, tiny_hf, shared_data, tmp_pat
 
 def test_minilm_beats_random_init_on_sst2(minilm_dir, shared_data, tmp_path):
     """Pretraining must show: same flow, same steps, real weights vs a random init of the same shape."""
-    from bert_core.evaluation.glue_eval import run_glue
+    from evaluation.glue_eval import run_glue
 
     scores = {}
     for random_init in (False, True):
@@ -56,7 +56,7 @@ def test_minilm_beats_random_init_on_sst2(minilm_dir, shared_data, tmp_path):
 
 
 def test_squad_end_to_end(tiny_hf, shared_data, tmp_path):
-    from bert_core.evaluation.squad_eval import run_squad
+    from evaluation.squad_eval import run_squad
 
     cfg = SquadConfig(model_path=str(tiny_hf), dev_file=str(shared_data / "squad/v1.1/dev-v1.1.json"),
                       output_dir=str(tmp_path), use_ray=False, train_articles=1, max_train_questions=48,
@@ -73,7 +73,7 @@ def test_squad_end_to_end(tiny_hf, shared_data, tmp_path):
 
 
 def test_ner_both_variants(tiny_hf, shared_data, tmp_path):
-    from bert_core.evaluation.ner_eval import run_ner
+    from evaluation.ner_eval import run_ner
 
     cfg = NerConfig(model_path=str(tiny_hf), conll_dir=str(shared_data / "conll2003"), output_dir=str(tmp_path),
                     use_ray=False, max_train_sentences=200, max_eval_sentences=60, max_seq_length=48,
@@ -92,7 +92,7 @@ def test_ner_both_variants(tiny_hf, shared_data, tmp_path):
 
 @pytest.mark.ray
 def test_intrinsic_curve_over_checkpoints(ray_local, pretrain_run, tmp_path):
-    from bert_core.evaluation.intrinsic import run_intrinsic
+    from evaluation.intrinsic import run_intrinsic
 
     run_dir, held_out = pretrain_run
     res = run_intrinsic(IntrinsicConfig(model_path=str(run_dir), instances_dir=str(held_out),
@@ -112,7 +112,7 @@ def test_user_error_inside_a_ray_task_reaches_the_driver(ray_local, pretrain_run
     import shutil
 
     from contracts.common import UserError
-    from bert_core.evaluation.intrinsic import run_intrinsic
+    from evaluation.intrinsic import run_intrinsic
 
     run_dir, held_out = pretrain_run
     broken = tmp_path / "run"

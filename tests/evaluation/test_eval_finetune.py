@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from bert_core.evaluation.config import FinetuneOptions
-from bert_core.evaluation.finetune import fit, linear_schedule, predict, total_steps, trim_batch
+from evaluation.config import FinetuneOptions
+from evaluation.finetune import fit, linear_schedule, predict, total_steps, trim_batch
 
 
 class Toy(torch.nn.Module):

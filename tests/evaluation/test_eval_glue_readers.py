@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from contracts.common import UserError
-from bert_core.evaluation import glue
+from evaluation import glue
 
 
 def _write(path: Path, text: str, bom: bool = False) -> Path:

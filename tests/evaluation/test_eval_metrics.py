@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from bert_core.evaluation import metrics as M
+from evaluation import metrics as M
 
 
 def test_accuracy_f1_mcc_by_hand():

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from contracts.common import UserError
-from bert_core.evaluation import ner, squad
-from bert_core.evaluation.metrics import normalize_answer, squad_evaluate
-from bert_core.evaluation.text import bert_tokenizer
+from evaluation import ner, squad
+from evaluation.metrics import normalize_answer, squad_evaluate
+from evaluation.text import bert_tokenizer
 
 pytestmark = pytest.mark.shared_data
 
