@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from bert_core.config import PRESETS, preset  # noqa: E402
 from bert_core.losses import pretraining_loss  # noqa: E402
-from bert_core.metrics import flops_per_token  # noqa: E402
+from bert_core.flops import flops_per_token  # noqa: E402
 from bert_core.model import BertForPreTraining, flat_positions  # noqa: E402
 
 

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from bert_core.config import preset  # noqa: E402
 from bert_core.losses import pretraining_loss  # noqa: E402
-from bert_core.metrics import flops_per_token  # noqa: E402
+from bert_core.flops import flops_per_token  # noqa: E402
 from bert_core.model import BertForPreTraining  # noqa: E402
 
 MEASURED_BF16_PEAK = 790e12  # 8192^3 bf16 matmul on this workplace's H200 (device KINDS.md)

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from bert_core.config import ModelConfig
-from bert_core.metrics import PEAK_FLOPS, flops_per_token
+from bert_core.flops import PEAK_FLOPS, flops_per_token
 from contracts.common import atomic_path
 
 METRICS_FILE = "metrics.jsonl"

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from bert_core.config import preset
-from bert_core.metrics import flops_per_token, mfu
+from bert_core.flops import flops_per_token, mfu
 from bert_core.model import BertForPreTraining
 
 
