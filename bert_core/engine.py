@@ -24,6 +24,7 @@ import torch.distributed as dist
 from bert_core.losses import pretraining_loss
 from bert_core.model import BertForPreTraining
 from bert_core.optim import make_optimizer, make_scheduler
+from bert_core.runtime import device_for
 from bert_core.train_config import TrainConfig, ds_config
 from contracts.common import UserError
 
@@ -35,10 +36,6 @@ class World(NamedTuple):
     rank: int
     world_size: int
     local_rank: int
-
-
-def device_for(world: World) -> torch.device:
-    return torch.device("cuda", world.local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def init_distributed(config: TrainConfig) -> World:
@@ -114,7 +111,7 @@ class TorchEngine:
     def __init__(self, model: BertForPreTraining, config: TrainConfig, world: World):
         if config.precision == "fp16" and not torch.cuda.is_available():
             raise UserError("precision: fp16 needs a GPU; use bf16 or fp32 on CPU")
-        self.config, self.world, self.device = config, world, device_for(world)
+        self.config, self.world, self.device = config, world, device_for(world.local_rank)
         self.model = model.to(self.device)
         self.optimizer = make_optimizer(self.model, config)
         self.scheduler = make_scheduler(self.optimizer, config)
@@ -172,7 +169,7 @@ class DeepSpeedEngine:
 
         if config.precision == "fp16" and not torch.cuda.is_available():
             raise UserError("precision: fp16 is GPU-only in DeepSpeed; use bf16 or fp32 on CPU")
-        self.config, self.world, self.device = config, world, device_for(world)
+        self.config, self.world, self.device = config, world, device_for(world.local_rank)
         self.ds_config = ds_config(config, world.world_size)
         optimizer = make_optimizer(model, config)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(

@@ -16,12 +16,26 @@ from torch import nn
 from bert_core.train_config import TrainConfig
 
 
+# Google BERT's AdamWeightDecayOptimizer: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+# matched anywhere in a parameter's name (so an LSTM's bias_ih_l0 is excluded too).
+NO_DECAY_NAMES = ("LayerNorm", "layer_norm", "bias")
+
+
+def decays(name: str) -> bool:
+    """Whether the parameter called ``name`` gets weight decay: not biases, not LayerNorm."""
+    return not any(key in name for key in NO_DECAY_NAMES)
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases and LayerNorm (all 1-D tensors) get none, as in BERT."""
+    """[decay group, no-decay group] in ``named_parameters`` order; pretraining and fine-tuning share it.
+
+    For every bert_core model this is exactly the split into matrices (decayed) and 1-D tensors
+    (biases and LayerNorm, not decayed); tests/bert_core/test_optim.py checks that.
+    """
     decay, no_decay = [], []
-    for _, p in model.named_parameters():  # a tied Parameter is yielded once
+    for name, p in model.named_parameters():  # a tied Parameter is yielded once
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+            (decay if decays(name) else no_decay).append(p)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import numpy as np
-import torch
 import torch.distributed as dist
 
 from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
@@ -24,6 +21,7 @@ from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
+from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
 from contracts.common import UserError, build_config, load_config, run_main, write_json_atomic
@@ -43,12 +41,6 @@ class TrainResult:
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
@@ -138,13 +130,13 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
 def _build(config: TrainConfig, plan: _Plan):
     """Model (same init on every rank), engine, loader; restored from the latest checkpoint on resume."""
     world = plan.world
-    _seed_all(config.seed)
+    seed_all(config.seed)
     model = BertForPreTraining(plan.model_config)
     if plan.init_state is not None:
         model.load_state_dict(plan.init_state)
         model.tie_weights()
     engine = make_engine(model, config, world)
-    _seed_all(config.seed + 1 + world.rank)  # dropout differs across ranks, reproducibly
+    seed_all(config.seed + 1 + world.rank)  # dropout differs across ranks, reproducibly
     loader = BatchLoader(plan.dataset, config.micro_batch_size, world.rank, world.world_size, config.seed,
                          plan.model_config.pad_token_id)
     state = {"step": 0, "tokens_seen": 0}

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
 from tqdm import tqdm
 
 from bert_core.config import ModelConfig
@@ -25,6 +24,8 @@ def peak_flops(explicit_tflops: Optional[float], precision: str) -> Optional[flo
     """Device peak for MFU: the configured figure, else a known GPU's data-sheet value, else None."""
     if explicit_tflops:
         return explicit_tflops * 1e12
+    import torch  # here only: read_metrics is imported by the flows, which stay torch-free
+
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name().lower()
         for key, value in PEAK_FLOPS.items():
@@ -34,15 +35,24 @@ def peak_flops(explicit_tflops: Optional[float], precision: str) -> Optional[flo
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, in file order; ``[]`` if there is no file.
+
+    Every line that parses as a JSON object is a record; any other line is skipped. The writer appends
+    whole lines and flushes each, so a line cut by kill -9 can only be the last one; a damaged line
+    elsewhere costs that line only, never the records after it. The one reader of this format:
+    training's resume, Ray Train's result and the flows' loss curve all call it.
+    """
     p = Path(path)
     if not p.is_file():
         return []
     out = []
     for line in p.read_text(encoding="utf-8").splitlines():
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
-            break  # a line cut by kill -9: everything after it is lost anyway
+            continue
+        if isinstance(record, dict):
+            out.append(record)
     return out
 
 

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from bert_core.train_log import read_metrics  # noqa: F401  (art.read_metrics: the one metrics.jsonl reader)
 from contracts.common import atomic_path
 
 # Prefect artifact keys: lowercase letters, digits and dashes only.
@@ -21,22 +22,6 @@ KEY_DATA, KEY_TRAIN, KEY_LOSS, KEY_EVAL, KEY_SUMMARY = (
     "bertflow-eval-results",
     "bertflow-summary",
 )
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a metrics JSONL file (one JSON object per line); a torn last line is ignored."""
-    rows = []
-    p = Path(path)
-    if not p.is_file():
-        return rows
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue  # the writer was killed mid-line; everything before it is sound
-        if isinstance(obj, dict):
-            rows.append(obj)
-    return rows
 
 
 def loss_series(rows: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:

@@ -140,3 +140,29 @@ def test_cluster_deepspeed_files_match_their_generator():
         assert (root / name).read_text() == text, f"{name} is stale: python -m bert_core.cluster_configs"
     phase1 = load_config(TrainConfig, root / "bert_large_phase1_seq128.yaml")
     assert phase1.global_batch(WORLD) == 65536 and phase1.build_model_config(30522).num_hidden_layers == 24
+
+
+@pytest.mark.parametrize("head", ["BertForPreTraining", "BertForSequenceClassification",
+                                  "BertForQuestionAnswering", "BertForTokenClassification"])
+def test_no_decay_by_name_is_the_matrix_vector_split_for_every_bert_model(head):
+    """The one rule (Google's, by name) gives pretraining the same groups, in the same order, as the
+    rank rule it replaced, so training curves stay bitwise the same; fine-tuning heads share it."""
+    from bert_core import heads
+
+    config = preset("tiny", vocab_size=50)
+    kwargs = {} if head in ("BertForPreTraining", "BertForQuestionAnswering") else {"num_labels": 3}
+    model = BertForPreTraining(config) if head == "BertForPreTraining" else getattr(heads, head)(config, **kwargs)
+    decay, no_decay = param_groups(model, 0.01)
+    params = [p for _, p in model.named_parameters()]
+    assert [id(p) for p in decay["params"]] == [id(p) for p in params if p.ndim >= 2]
+    assert [id(p) for p in no_decay["params"]] == [id(p) for p in params if p.ndim < 2]
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.01, 0.0)
+
+
+def test_no_decay_rule_matches_names_anywhere_like_google_bert():
+    from bert_core.optim import decays
+
+    assert decays("bert.encoder.layer.0.intermediate.dense.weight")
+    assert not decays("bert.encoder.layer.0.output.LayerNorm.weight")
+    assert not decays("cls.predictions.bias") and not decays("lstm.bias_ih_l0")  # "bias" anywhere
+    assert not decays("tagger.layer_norm.weight")
