@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 from contracts.common import build_config, load_yaml, run_main
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from evaluation.report import markdown_report
 
 
 def _floats(s: str) -> list[float]:
@@ -126,8 +127,6 @@ def _main(argv: Sequence[str] | None) -> int:
     cfg = config_from_args(args)
     _, run = _runner(args.kind)
     results = run(cfg)
-    from evaluation.report import markdown_report
-
     print(markdown_report(results))
     print(f"results: {cfg.output_dir}/results.json", file=sys.stderr)
     return 0

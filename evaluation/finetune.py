@@ -1,5 +1,6 @@
-"""The generic fine-tuning loop shared by GLUE, SQuAD and NER: AdamW, linear warmup then linear decay,
-gradient clipping, shuffled mini-batches from a seeded generator, and batched prediction.
+"""The generic fine-tuning loop shared by GLUE, SQuAD and NER: AdamW over bert_core's parameter groups,
+bert_core's linear warmup then linear decay, gradient clipping, shuffled mini-batches from a seeded
+generator, and batched prediction.
 
 Data is a dict of equally long tensors (``input_ids`` [N, S] and friends, labels [N] or [N, S]).
 Each batch is cut to its longest real sequence first: on CPU most GLUE sentences are far shorter than
@@ -10,7 +11,6 @@ Legend: N examples, B batch, S sequence length.
 from __future__ import annotations
 
 import math
-import random
 import time
 from typing import Callable, Optional
 
@@ -18,15 +18,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bert_core.optim import WarmupDecay, param_groups
 from evaluation.config import FinetuneOptions
 
 Batch = dict[str, torch.Tensor]
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def trim_batch(batch: Batch) -> Batch:
@@ -42,23 +37,14 @@ def _take(data: Batch, idx: torch.Tensor, device: torch.device) -> Batch:
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with no weight decay on biases and LayerNorm weights (as the BERT reference code)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    """AdamW with the BERT fine-tuning betas and eps over pretraining's parameter groups (no weight
+    decay on biases and LayerNorm: ``bert_core.optim.param_groups``)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.999), eps=1e-6)
 
 
 def linear_schedule(opt: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    """Pretraining's schedule (``bert_core.optim.WarmupDecay``): linear warmup, then linear decay to 0."""
+    return torch.optim.lr_scheduler.LambdaLR(opt, WarmupDecay(warmup_steps, total_steps))
 
 
 def total_steps(n: int, batch_size: int, epochs: float, max_steps: Optional[int]) -> int:

@@ -7,12 +7,21 @@ Test-set predictions come from the single run with the best dev score at the cho
 from __future__ import annotations
 
 from pathlib import Path
+
+import torch
+
+from bert_core.heads import BertForSequenceClassification
+from bert_core.losses import classification_loss
+from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import glue
 from evaluation.config import GlueConfig
+from evaluation.finetune import fit, forward_inputs, predict
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
+from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
 from evaluation.report import summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation.text import bert_tokenizer, encode_texts
 
 
 def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
@@ -28,10 +37,6 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
 
 
 def _encode(tok, examples, max_len: int, with_labels: bool):
-    import torch
-
-    from evaluation.text import encode_texts
-
     b = [e.text_b for e in examples] if examples[0].text_b is not None else None
     data = encode_texts(tok, [e.text_a for e in examples], b, max_len)
     if with_labels:
@@ -41,10 +46,6 @@ def _encode(tok, examples, max_len: int, with_labels: bool):
 
 
 def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -> list:
-    import torch
-
-    from evaluation.finetune import forward_inputs, predict
-
     logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device))
     if spec.labels is None:
         return [float(x) for x in logits_NC.squeeze(-1)]
@@ -53,21 +54,15 @@ def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -
 
 def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
     """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions."""
-    from evaluation.finetune import fit, forward_inputs, set_seed
-    from evaluation.modeling import build_head, device_for
-    from evaluation.text import bert_tokenizer
-    from bert_core.heads import BertForSequenceClassification
-    from bert_core.losses import classification_loss
-
     cfg = GlueConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     spec = glue.get_task(task)
     train_path, dev_paths, test_paths = _task_files(cfg, spec)
     model, _, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
     tok = bert_tokenizer(vocab, cfg.lowercase)
-    device = device_for(cfg)
+    device = job_device(cfg)
     train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
-    set_seed(seed)
+    seed_all(seed)
     stats = fit(model, train, lambda m, b: classification_loss(m(**forward_inputs(b)), b["labels"]),
                 cfg, lr, seed, device, progress=_progress(cfg))
     runs = []
@@ -89,8 +84,6 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
 
 def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
     """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
-    from evaluation.modeling import load_pretrained, resolve_vocab
-
     specs = [glue.get_task(t) for t in cfg.tasks]
     for spec in specs:
         train, devs, _ = _task_files(cfg, spec)

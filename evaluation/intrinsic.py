@@ -12,16 +12,24 @@ import json
 import math
 from pathlib import Path
 
-from contracts.common import UserError
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from bert_core.checkpoint import CheckpointManager, is_complete, load_model_from_checkpoint, step_of
+from bert_core.engine import forward_loss
+from bert_core.loader import InstanceDataset
+from bert_core.losses import NO_SENTENCE_TASK
+from contracts.common import UserError, atomic_path
+from data_jobs.tokenization import vocab_hash
 from evaluation.config import IntrinsicConfig
+from evaluation.modeling import job_device, load_pretrained
 from evaluation.report import write_results
 from evaluation.runner import run_jobs, worker_threads
 
 
 def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
     """(step, path) of every complete checkpoint of a run dir, or of the one model given."""
-    from bert_core.checkpoint import CheckpointManager, is_complete, step_of
-
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
@@ -36,8 +44,6 @@ def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
 
 
 def _check_data(dataset, model_config, vocab_file) -> None:
-    from data_jobs.tokenization import vocab_hash
-
     dataset.check_model(model_config)
     if dataset.vocab_hash and vocab_file and Path(vocab_file).is_file() and vocab_hash(vocab_file) != dataset.vocab_hash:
         raise UserError(
@@ -48,8 +54,6 @@ def _check_data(dataset, model_config, vocab_file) -> None:
 
 def batches_of(dataset, batch_size: int, max_batches):
     """Row-index batches over the first max_batches*batch_size rows, grouped by length."""
-    import numpy as np
-
     n = len(dataset) if max_batches is None else min(len(dataset), max_batches * batch_size)
     order = np.argsort(dataset.lengths[:n], kind="stable")
     return [order[lo : lo + batch_size] for lo in range(0, n, batch_size)]
@@ -57,13 +61,6 @@ def batches_of(dataset, batch_size: int, max_batches):
 
 def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
     """Score one checkpoint on the held-out instances; returns one curve point."""
-    import torch
-
-    from bert_core.checkpoint import load_model_from_checkpoint
-    from evaluation.modeling import device_for, load_pretrained
-    from bert_core.loader import InstanceDataset
-    from bert_core.losses import NO_SENTENCE_TASK, pretraining_loss
-
     cfg = IntrinsicConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     if Path(checkpoint) == Path(cfg.model_path):
@@ -75,14 +72,13 @@ def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
         model = type(model)(model_config)
     dataset = InstanceDataset(cfg.instances_dir)
     _check_data(dataset, model_config, cfg.vocab_file or vocab)
-    device = device_for(cfg)
+    device = job_device(cfg)
     model.to(device).eval()
     sums = {"mlm_loss": 0.0, "mlm_hits": 0.0, "mlm_count": 0, "nsp_hits": 0.0, "nsp_count": 0}
     with torch.no_grad():
         for rows in batches_of(dataset, cfg.batch_size, cfg.max_batches):
             b = {k: v.to(device) for k, v in dataset.collate(rows, int(dataset.lengths[rows].max())).items()}
-            out = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["mlm_positions"])
-            loss = pretraining_loss(out.mlm_logits, out.nsp_logits_B2, b["mlm_labels"], b["nsp_labels"])
+            loss = forward_loss(model, b)  # pretraining's forward and loss, exactly
             m = int(loss.mlm_count)
             n_nsp = int((b["nsp_labels"] != NO_SENTENCE_TASK).sum())
             sums["mlm_loss"] += float(loss.mlm_loss) * m
@@ -107,15 +103,9 @@ def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
 
 def plot_curve(curve: list[dict], path: Path) -> None:
     """curve.png: MLM/NSP accuracy and MLM perplexity against the training step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contracts.common import atomic_path
-
     steps = [p["step"] for p in curve]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig = Figure(figsize=(9, 3.5))  # no pyplot: no global backend, nothing to close
+    ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(steps, [p["mlm_acc"] for p in curve], "o-", label="MLM accuracy")
     ax1.plot(steps, [p["nsp_acc"] for p in curve], "s-", label="NSP accuracy")
     ax1.set_xlabel("step")
@@ -127,13 +117,10 @@ def plot_curve(curve: list[dict], path: Path) -> None:
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
 
 
 def run_intrinsic(cfg: IntrinsicConfig) -> dict:
     """Score every checkpoint as a Ray task; writes results.json, report.md and curve.png."""
-    from bert_core.loader import InstanceDataset
-
     points = checkpoints_of(cfg)
     InstanceDataset(cfg.instances_dir)  # fail fast on a missing or damaged dataset
     cfg_data = cfg.model_dump(mode="json")

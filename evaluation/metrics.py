@@ -12,6 +12,9 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from seqeval import metrics as seqeval
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 # Which metric selects the learning rate (the one the BERT paper reports for the task).
 PRIMARY_METRIC = {
@@ -30,9 +33,6 @@ PRIMARY_METRIC = {
 
 def glue_metrics(task: str, preds: Sequence, labels: Sequence) -> dict[str, float]:
     """The GLUE metrics of ``task`` (a dev-set name such as "MNLI-m"); preds/labels are ints or floats."""
-    from scipy.stats import pearsonr, spearmanr
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
     if len(preds) != len(labels) or not len(labels):
         raise ValueError(f"{task}: {len(preds)} predictions for {len(labels)} labels")
     if task == "STS-B":
@@ -113,11 +113,9 @@ def squad_evaluate(dataset: Sequence[Mapping], predictions: Mapping[str, str]) -
 
 def ner_metrics(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity-level precision/recall/F1 (conlleval semantics, as seqeval's default mode)."""
-    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-
     return {
-        "f1": float(f1_score(gold, pred, zero_division=0)),
-        "precision": float(precision_score(gold, pred, zero_division=0)),
-        "recall": float(recall_score(gold, pred, zero_division=0)),
-        "token_accuracy": float(accuracy_score(gold, pred)),
+        "f1": float(seqeval.f1_score(gold, pred, zero_division=0)),
+        "precision": float(seqeval.precision_score(gold, pred, zero_division=0)),
+        "recall": float(seqeval.recall_score(gold, pred, zero_division=0)),
+        "token_accuracy": float(seqeval.accuracy_score(gold, pred)),
     }

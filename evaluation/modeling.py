@@ -9,32 +9,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import torch
+
+from bert_core.checkpoint import is_hf_dir, load_model_from_checkpoint
+from bert_core.hf import load_hf
+from bert_core.runtime import device_for
 from contracts.common import UserError
 from data_jobs.tokenization import read_vocab, vocab_hash
 from evaluation.config import EvalBase
 
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
 
 def model_format(cfg: EvalBase) -> str:
-    """'hf' or 'checkpoint' (resolving 'auto' by what the directory holds)."""
+    """'hf' or 'checkpoint' (resolving 'auto' with bert_core's one test for an HF directory)."""
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
     if cfg.model_format != "auto":
         return cfg.model_format
-    is_hf = (path / "config.json").is_file() and any((path / w).is_file() for w in _WEIGHT_FILES)
-    return "hf" if is_hf else "checkpoint"
+    return "hf" if is_hf_dir(path) else "checkpoint"
 
 
 def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):
     """(BertForPreTraining, ModelConfig, vocab_file) of the configured model (or one given checkpoint)."""
     if checkpoint is None and model_format(cfg) == "hf":
-        from bert_core.hf import load_hf
-
         return load_hf(cfg.model_path)
-    from bert_core.checkpoint import load_model_from_checkpoint
-
     return load_model_from_checkpoint(checkpoint or cfg.model_path)
 
 
@@ -67,8 +65,6 @@ def build_head(cfg: EvalBase, head_cls, seed: int, pretrained=None, **kwargs):
     Returns (head, model_config, vocab_file). The seed fixes the head's init and, for random_init,
     the encoder's: the baseline is as reproducible as the real run.
     """
-    import torch
-
     pre, model_config, vocab = pretrained if pretrained is not None else load_pretrained(cfg)
     vocab = resolve_vocab(cfg, vocab)
     check_vocab_size(vocab, model_config)
@@ -80,7 +76,6 @@ def build_head(cfg: EvalBase, head_cls, seed: int, pretrained=None, **kwargs):
     return head, model_config, vocab
 
 
-def device_for(cfg: EvalBase):
-    import torch
-
-    return torch.device("cuda" if cfg.gpus_per_task > 0 and torch.cuda.is_available() else "cpu")
+def job_device(cfg: EvalBase) -> torch.device:
+    """bert_core's device choice for one evaluation job: a GPU only where the job declared one."""
+    return device_for(use_gpu=cfg.gpus_per_task > 0)

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+import torch
+from torch import nn
+
 from contracts.common import UserError
 
 IGNORE = -100
@@ -70,8 +73,6 @@ def label_list(sentences: Sequence[Sentence]) -> list[str]:
 def encode_sentences(tok, sentences: Sequence[Sentence], labels: Sequence[str], max_len: int):
     """Tensors input_ids/token_type_ids/attention_mask/labels [N, S] and, per sentence, the token position
     of each word's first piece (-1 where the word was truncated away)."""
-    import torch
-
     tag_id = {t: i for i, t in enumerate(labels)}
     tok.enable_truncation(max_len)
     tok.enable_padding(length=max_len, pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
@@ -117,8 +118,6 @@ def layer_features(encoder, data: dict, first_pieces: Sequence[list[int]], layer
     """Frozen-encoder features: for every sentence a [W, K*D] float16 tensor, the chosen hidden states
     (index 0 = embeddings output, i = block i; negatives count from the last block) at each word's first
     piece. Hidden states are caught with forward hooks, so the encoder's forward stays untouched."""
-    import torch
-
     modules = [encoder.embeddings, *encoder.encoder.layer]
     picked = [modules[i] for i in layers]  # IndexError is checked by the caller
     caught: list = []
@@ -147,8 +146,6 @@ def layer_features(encoder, data: dict, first_pieces: Sequence[list[int]], layer
 
 def pad_features(feats: Sequence, sentences: Sequence[Sentence], labels: Sequence[str]) -> dict:
     """Word-level batch tensors for the BiLSTM: features [N, W, X], attention_mask [N, W], labels [N, W]."""
-    import torch
-
     tag_id = {t: i for i, t in enumerate(labels)}
     N, W, X = len(feats), max(len(f) for f in feats), feats[0].shape[-1]
     data = {"features": torch.zeros(N, W, X, dtype=torch.float16),
@@ -161,24 +158,23 @@ def pad_features(feats: Sequence, sentences: Sequence[Sentence], labels: Sequenc
     return data
 
 
-def bilstm_tagger(in_dim: int, hidden: int, layers: int, num_labels: int):
+class BiLSTMTagger(nn.Module):
     """A small BiLSTM tagger over frozen features (the paper used two 768-wide layers)."""
-    import torch
-    from torch import nn
 
-    class BiLSTMTagger(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm = nn.LSTM(in_dim, hidden, num_layers=layers, bidirectional=True, batch_first=True)
-            self.classifier = nn.Linear(2 * hidden, num_labels)
+    def __init__(self, in_dim: int, hidden: int, layers: int, num_labels: int):
+        super().__init__()
+        self.lstm = nn.LSTM(in_dim, hidden, num_layers=layers, bidirectional=True, batch_first=True)
+        self.classifier = nn.Linear(2 * hidden, num_labels)
 
-        def forward(self, features_BWX: torch.Tensor, mask_BW: torch.Tensor) -> torch.Tensor:
-            lengths_B = mask_BW.sum(1).clamp(min=1).cpu()
-            # Packing keeps the backward direction from reading padding first.
-            packed = nn.utils.rnn.pack_padded_sequence(features_BWX.float(), lengths_B, batch_first=True,
-                                                       enforce_sorted=False)
-            out, _ = self.lstm(packed)
-            out_BWH, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=features_BWX.shape[1])
-            return self.classifier(out_BWH)  # [B, W, C]
+    def forward(self, features_BWX: torch.Tensor, mask_BW: torch.Tensor) -> torch.Tensor:
+        lengths_B = mask_BW.sum(1).clamp(min=1).cpu()
+        # Packing keeps the backward direction from reading padding first.
+        packed = nn.utils.rnn.pack_padded_sequence(features_BWX.float(), lengths_B, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out_BWH, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=features_BWX.shape[1])
+        return self.classifier(out_BWH)  # [B, W, C]
 
-    return BiLSTMTagger()
+
+def bilstm_tagger(in_dim: int, hidden: int, layers: int, num_labels: int) -> BiLSTMTagger:
+    return BiLSTMTagger(in_dim, hidden, layers, num_labels)

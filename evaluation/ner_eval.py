@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bert_core.heads import BertForTokenClassification
+from bert_core.losses import token_classification_loss
+from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import ner
 from evaluation.config import NerConfig
+from evaluation.finetune import fit, forward_inputs, predict
 from evaluation.metrics import ner_metrics
+from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
 from evaluation.report import summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation.text import bert_tokenizer
 
 NAMES = {"finetune": "CoNLL-2003 fine-tune", "feature": "CoNLL-2003 feature-based"}
 
@@ -34,16 +40,10 @@ def check_layers(cfg: NerConfig, model_config) -> None:
 
 
 def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, device):
-    from evaluation.finetune import fit, forward_inputs, predict, set_seed
-    from evaluation.modeling import build_head
-    from evaluation.text import bert_tokenizer
-    from bert_core.heads import BertForTokenClassification
-    from bert_core.losses import token_classification_loss
-
     model, _, vocab = build_head(cfg, BertForTokenClassification, seed, num_labels=len(labels))
     tok = bert_tokenizer(vocab, cfg.lowercase)
     train_data, _ = ner.encode_sentences(tok, train, labels, cfg.max_seq_length)
-    set_seed(seed)
+    seed_all(seed)
     stats = fit(model, train_data, lambda m, b: token_classification_loss(m(**forward_inputs(b)), b["labels"]),
                 cfg, lr, seed, device, progress=_progress(cfg))
     eval_data, first = ner.encode_sentences(tok, scored, labels, cfg.max_seq_length)
@@ -52,12 +52,6 @@ def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, devic
 
 
 def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, device):
-    from evaluation.finetune import fit, predict, set_seed
-    from evaluation.modeling import build_head
-    from evaluation.text import bert_tokenizer
-    from bert_core.heads import BertForTokenClassification
-    from bert_core.losses import token_classification_loss
-
     # The token head is only a convenient way to get the (pretrained or random-init) encoder.
     head, model_config, vocab = build_head(cfg, BertForTokenClassification, seed, num_labels=len(labels))
     check_layers(cfg, model_config)
@@ -67,7 +61,7 @@ def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, 
         data, first = ner.encode_sentences(tok, sents, labels, cfg.max_seq_length)
         feats = ner.layer_features(head.bert, data, first, cfg.feature_layers, cfg.eval_batch_size, device)
         splits.append(ner.pad_features(feats, sents, labels))
-    set_seed(seed)
+    seed_all(seed)
     tagger = ner.bilstm_tagger(splits[0]["features"].shape[-1], cfg.lstm_hidden, cfg.lstm_layers, len(labels))
 
     def loss_fn(m, b):
@@ -84,13 +78,11 @@ def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, 
 
 def ner_job(cfg_data: dict, mode: str, lr: float, seed: int) -> dict:
     """One (variant, lr, seed): train, tag the scored split, return a run record with seqeval metrics."""
-    from evaluation.modeling import device_for
-
     cfg = NerConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     train, scored, labels = load_splits(cfg)
     fn = _finetune if mode == "finetune" else _feature_based
-    pred, stats = fn(cfg, lr, seed, train, scored, labels, device_for(cfg))
+    pred, stats = fn(cfg, lr, seed, train, scored, labels, job_device(cfg))
     metrics = ner_metrics([list(s.tags) for s in scored], pred)
     return {"task": NAMES[mode], "eval": NAMES[mode], "lr": lr, "seed": seed, "metrics": metrics,
             "n_train": len(train), "n_eval": len(scored), **stats}
@@ -98,8 +90,6 @@ def ner_job(cfg_data: dict, mode: str, lr: float, seed: int) -> dict:
 
 def run_ner(cfg: NerConfig) -> dict:
     """Both variants over their lr grids and seeds as Ray tasks; writes results.json + report.md."""
-    from evaluation.modeling import load_pretrained, resolve_vocab
-
     load_splits(cfg)  # fail fast on bad files
     _, model_config, vocab = load_pretrained(cfg)
     resolve_vocab(cfg, vocab)

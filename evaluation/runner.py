@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from contracts.common import UserError
+from data_jobs.ray_util import ensure_ray
 from evaluation.config import EvalBase
 
 Job = Callable[..., dict]
@@ -27,8 +28,6 @@ def run_jobs(fn: Job, jobs: Sequence[tuple], cfg: EvalBase, desc: str) -> list[d
         return [fn(*args) for args in tqdm(jobs, desc=desc, disable=not cfg.show_progress)]
     import ray
     from ray.exceptions import RayTaskError
-
-    from data_jobs.ray_util import ensure_ray
 
     ensure_ray(cfg.ray_address)
     remote = ray.remote(fn).options(

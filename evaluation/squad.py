@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from contracts.common import UserError
+import torch
+
+from bert_core.losses import best_span
+from contracts.common import UserError, atomic_path
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,6 @@ def make_features(tok, examples: Sequence[SquadExample], max_seq_length: int, do
                   max_query_length: int, training: bool):
     """Padded tensors (input_ids/token_type_ids/attention_mask [F, S], and start/end positions [F] when
     training) and the list of :class:`Window` records."""
-    import torch
-
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     rows, windows, starts, ends = [], [], [], []
     for ei, ex in enumerate(examples):
@@ -150,10 +151,6 @@ def decode_predictions(examples: Sequence[SquadExample], windows: Sequence[Windo
                        max_answer_length: int) -> dict[str, str]:
     """{question id: answer text}: the best span over all windows of each question (start <= end,
     at most ``max_answer_length`` tokens, inside the context, start and end where they have max context)."""
-    import torch
-
-    from bert_core.losses import best_span
-
     best: dict[int, tuple[float, str]] = {}
     for f, w in enumerate(windows):
         s_S, e_S = start_logits[f], end_logits[f]
@@ -172,7 +169,5 @@ def decode_predictions(examples: Sequence[SquadExample], windows: Sequence[Windo
 
 def write_predictions(path: str | Path, predictions: dict[str, str]) -> None:
     """``predictions.json`` as the official evaluator reads it: {question id: answer text}."""
-    from contracts.common import atomic_path
-
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(predictions, ensure_ascii=False, indent=2, sort_keys=True) + "\n", encoding="utf-8")

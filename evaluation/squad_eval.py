@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bert_core.heads import BertForQuestionAnswering
+from bert_core.losses import span_loss
+from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import squad
 from evaluation.config import SquadConfig
+from evaluation.finetune import fit, forward_inputs, predict
 from evaluation.metrics import squad_evaluate
+from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
 from evaluation.report import summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
+from evaluation.text import bert_tokenizer
 
 EVAL_NAME = "SQuAD v1.1"
 
@@ -35,18 +41,12 @@ def split_data(cfg: SquadConfig) -> tuple[list, list]:
 
 def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
     """Fine-tune at (lr, seed); returns a run record with EM/F1 and the predictions."""
-    from evaluation.finetune import fit, forward_inputs, predict, set_seed
-    from evaluation.modeling import build_head, device_for
-    from evaluation.text import bert_tokenizer
-    from bert_core.heads import BertForQuestionAnswering
-    from bert_core.losses import span_loss
-
     cfg = SquadConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     train_examples, eval_data = split_data(cfg)
     model, _, vocab = build_head(cfg, BertForQuestionAnswering, seed)
     tok = bert_tokenizer(vocab, cfg.lowercase)
-    device = device_for(cfg)
+    device = job_device(cfg)
     feats = (cfg.max_seq_length, cfg.doc_stride, cfg.max_query_length)
     train, _ = squad.make_features(tok, train_examples, *feats, training=True)
 
@@ -54,7 +54,7 @@ def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
         start_BS, end_BS = m(**forward_inputs(b))
         return span_loss(start_BS, end_BS, b["start_positions"], b["end_positions"])
 
-    set_seed(seed)
+    seed_all(seed)
     stats = fit(model, train, loss_fn, cfg, lr, seed, device, progress=_progress(cfg))
     eval_examples = squad.examples_of(eval_data)
     data, windows = squad.make_features(tok, eval_examples, *feats, training=False)
@@ -71,8 +71,6 @@ def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
 
 def run_squad(cfg: SquadConfig) -> dict:
     """Fine-tune every (lr, seed) as a Ray task; writes predictions.json (best run), results.json, report.md."""
-    from evaluation.modeling import load_pretrained, resolve_vocab
-
     train, eval_data = split_data(cfg)  # fail fast on bad files before any task starts
     if not train:
         raise UserError(f"{cfg.train_file or cfg.dev_file}: no training questions")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import torch
+
 from data_jobs.tokenization import wordpiece_tokenizer
 
 
@@ -21,8 +23,6 @@ def encode_texts(
 
     Pairs are truncated longest-first, one token at a time, like BERT's ``_truncate_seq_pair``.
     """
-    import torch
-
     tok.enable_truncation(max_len, strategy="longest_first")
     tok.enable_padding(length=max_len, pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
     try:
