@@ -1,14 +1,23 @@
 """Masked-LM predictions for a batch of instances at once, as Google's ``create_masked_lm_predictions``.
 
 Shapes (legend): T = tokens of all instances in the batch, concatenated; N = instances; M = chosen
-(masked) positions in the batch. ``offsets_N1`` holds N + 1 row starts into the flat arrays.
+(masked) positions in the batch; G = candidate words (whole-word masking). ``offsets_N1`` holds N + 1
+row starts into the flat arrays.
 
-The original shuffles each instance's candidate positions and takes the first ``num_to_predict``.
-Drawing one uniform key per token and taking each instance's ``num_to_predict`` smallest keys is the
-same distribution (a uniformly random subset), and it vectorises: one sort for the whole batch instead
-of a Python loop per token. [CLS] and [SEP] get a key above every draw, so they are never chosen.
+What is promised: the original's output *distribution*, not its random draws. The original shuffles
+each instance's candidates and walks them in that order; here every candidate gets one uniform key and
+the smallest keys win, which is the same law (sorted i.i.d. keys are a uniformly random order) and
+vectorises: the keys go into an [N, max length] matrix and one row-wise partial sort finds every
+instance's ``num_to_predict`` smallest. [CLS] and [SEP] get a key above every draw, so they never win.
 Whole-word masking (the original's ``do_whole_word_mask``) draws one key per *word* (a piece plus its
-``##`` continuations) and keeps the original's greedy rule in a short Python loop per instance.
+``##`` continuations) and applies the original's greedy rule (stop at the budget, skip a word that
+would overshoot it) in a few vectorised passes (``_greedy_fill``), not a loop per instance. The 80/10/10
+rule takes one uniform per prediction where the original draws one or two.
+
+Draws, in this order: ``rng.random(T)`` keys (``rng.random(G)`` with whole words), ``rng.random(M)``
+for 80/10/10, ``rng.integers(0, vocab_size, M)`` for random replacements. The plain-loop port of the
+original in ``tests/data_jobs/masking_reference.py`` is checked against this module on real text,
+exactly under coupled draws and in distribution under independent ones.
 """
 from __future__ import annotations
 
