@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_jobs import instances_job, shard_job, vocab_job  # noqa: E402
 from contracts.common import build_config  # noqa: E402
+from data_jobs import instances_job, shard_job, vocab_job  # noqa: E402
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_jobs.config import ShardConfig  # noqa: E402
-from data_jobs.readers import ReadStats, read_documents  # noqa: E402
 from data_jobs.ray_util import ensure_ray  # noqa: E402
+from data_jobs.readers import ReadStats, read_documents  # noqa: E402
 from data_jobs.shard_job import run  # noqa: E402
 
 

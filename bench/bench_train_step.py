@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bert_core.config import PRESETS, preset  # noqa: E402
-from bert_core.losses import pretraining_loss  # noqa: E402
 from bert_core.flops import flops_per_token  # noqa: E402
+from bert_core.losses import pretraining_loss  # noqa: E402
 from bert_core.model import BertForPreTraining, flat_positions  # noqa: E402
 
 

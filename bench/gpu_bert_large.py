@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bert_core.config import preset  # noqa: E402
-from bert_core.losses import pretraining_loss  # noqa: E402
 from bert_core.flops import flops_per_token  # noqa: E402
+from bert_core.losses import pretraining_loss  # noqa: E402
 from bert_core.model import BertForPreTraining  # noqa: E402
 
 MEASURED_BF16_PEAK = 790e12  # 8192^3 bf16 matmul on this workplace's H200 (device KINDS.md)

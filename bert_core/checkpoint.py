@@ -24,6 +24,8 @@ import numpy as np
 import torch
 
 from bert_core.config import ModelConfig
+from bert_core.engine import consolidated_state_dict
+from bert_core.hf import load_hf
 from bert_core.model import BertForPreTraining
 from contracts.common import UserError, build_config, fsync_dir, sha256_file, write_json_atomic
 
@@ -207,8 +209,6 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
     ZeRO-2/3 shards are consolidated with DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint``.
     """
     if is_hf_dir(path):
-        from bert_core.hf import load_hf
-
         return load_hf(path)
     ckpt = resolve_checkpoint(path)
     state = read_state(ckpt)
@@ -217,8 +217,6 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
         mc = build_config(ModelConfig, json.loads((ckpt / "model_config.json").read_text()), str(ckpt / "model_config.json"))
     except (OSError, ValueError) as err:
         raise UserError(f"{ckpt / 'model_config.json'}: unreadable: {err}") from None
-    from bert_core.engine import consolidated_state_dict
-
     try:
         weights = consolidated_state_dict(ckpt / "engine", state.get("engine", "torch"), int(state.get("zero_stage", 0)))
     except UserError:

@@ -16,6 +16,9 @@ import sysconfig
 from pathlib import Path
 from typing import Iterator
 
+from pydoc_data.topics import topics
+
+from contracts.common import UserError
 from data_jobs.readers.base import Document, ReadStats, Unit
 from data_jobs.segment import split_paragraph
 
@@ -34,8 +37,6 @@ def stdlib_dir() -> Path:
 def units(name: str) -> list[Unit]:
     """Work units of a built-in corpus: the help topics, then one per stdlib module (sorted)."""
     if name != PREFIX:
-        from contracts.common import UserError
-
         raise UserError(f"{name}: unknown built-in corpus (available: {PREFIX})")
     root = stdlib_dir()
     out = [Unit(f"{PREFIX}/topics", f"{NAME}/topics", "builtin")]
@@ -81,8 +82,6 @@ def _docstrings(path: Path) -> list[str]:
 def read_builtin(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
     """Documents of one work unit: one per help topic, or one per stdlib module."""
     if path == f"{PREFIX}/topics":
-        from pydoc_data.topics import topics
-
         for key in sorted(topics):
             doc = _document(f"{source}#{key}", source, topics[key], config)
             if doc is None:

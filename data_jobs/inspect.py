@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import pyarrow.parquet as pq
+
 from contracts.common import UserError, run_main
 from contracts.schema import Manifest
 
@@ -47,8 +49,6 @@ def summary(directory: str | Path, verify: bool = False) -> list[str]:
 
 def document_examples(directory: str | Path, n: int) -> list[str]:
     """The first ``n`` documents of the first non-empty shard: id, source and first sentences."""
-    import pyarrow.parquet as pq
-
     m = Manifest.read(directory)
     out: list[str] = []
     for entry in m.files:

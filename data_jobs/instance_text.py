@@ -4,7 +4,13 @@
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
+
+import pyarrow.parquet as pq
+
+from contracts.schema import Manifest
+from data_jobs.tokenization import read_vocab
 
 LABEL_NAMES = {"nsp": {0: "is next", 1: "random next"}, "sop": {0: "in order", 1: "swapped"},
                "none": {-1: "no sentence task"}}
@@ -28,13 +34,6 @@ def format_instance(row: dict, vocab: Sequence[str], sentence_task: str = "nsp")
 
 def decode_examples(dataset_dir, n: int = 3) -> list[str]:
     """The first ``n`` instances of an instances dataset decoded back to text, with [MASK]s shown."""
-    from pathlib import Path
-
-    import pyarrow.parquet as pq
-
-    from contracts.schema import Manifest
-    from data_jobs.tokenization import read_vocab
-
     d = Path(dataset_dir)
     m = Manifest.read(d, kind="instances")
     vocab = read_vocab(m.totals["vocab_file"])

@@ -14,6 +14,8 @@ import re
 from functools import lru_cache
 from typing import Callable
 
+from syntok import segmenter
+
 _WS = re.compile(r"\s+")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
@@ -24,8 +26,6 @@ def normalize_space(text: str) -> str:
 
 
 def _syntok(paragraph: str) -> list[str]:
-    from syntok import segmenter
-
     out = []
     # syntok keeps each token's offset into the input: slice the original text rather than
     # re-joining tokens, so the sentence is byte-for-byte what the author wrote.

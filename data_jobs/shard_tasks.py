@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contracts.common import UserError, atomic_path, sha256_file
-from data_jobs.readers import ReadStats, Unit, read_unit
 from contracts.schema import DOCUMENTS_SCHEMA
+from data_jobs.readers import ReadStats, Unit, read_unit
 
 FLUSH_BYTES = 32 << 20  # text buffered per reading task before its buckets go to disk
 SHARD_NAME = "shard-{:05d}.parquet"

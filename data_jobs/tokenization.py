@@ -12,7 +12,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
 from contracts.common import UserError
+from contracts.schema import Manifest
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 VOCAB_FILE = "vocab.txt"
@@ -68,8 +71,6 @@ def wordpiece_tokenizer(vocab_path: str | Path, lowercase: bool, with_post_proce
     ``with_post_processor`` adds the ``[CLS] A [SEP] (B [SEP])`` template with token types; the data
     jobs leave it off and place special tokens themselves.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
     tokens = read_vocab(vocab_path)
     vocab = {tok: i for i, tok in enumerate(tokens)}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
@@ -130,8 +131,6 @@ def vocab_info(vocab_file: str | Path, lowercase: bool) -> VocabInfo:
 
 def load_vocab_dir(vocab_dir: str | Path) -> VocabInfo:
     """Read a vocab dataset directory (``vocab.txt`` + manifest of kind "vocab"), checking its hash."""
-    from contracts.schema import Manifest
-
     d = Path(vocab_dir)
     manifest = Manifest.read(d, kind="vocab")
     info = vocab_info(d / VOCAB_FILE, bool(manifest.config.get("lowercase", True)))

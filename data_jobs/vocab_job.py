@@ -20,16 +20,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import pyarrow.parquet as pq
+from tokenizers import BertWordPieceTokenizer
+from tokenizers.normalizers import BertNormalizer
+
 from contracts.common import UserError, atomic_path, build_config, load_config, run_main, stable_hash
-from data_jobs.config import VocabConfig
 from contracts.schema import MANIFEST_NAME, Manifest, file_entry
+from data_jobs.config import VocabConfig
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
 
 def iter_shard_sentences(shards_dir: str | Path, batch_rows: int = 1024) -> Iterator[list[str]]:
     """Every sentence of a documents dataset, in shard order, one list per Parquet batch."""
-    import pyarrow.parquet as pq
-
     d = Path(shards_dir)
     m = Manifest.read(d, kind="documents")
     for entry in sorted(m.files, key=lambda f: f.name):
@@ -44,8 +46,6 @@ def iter_shard_sentences(shards_dir: str | Path, batch_rows: int = 1024) -> Iter
 def kept_alphabet(cfg: VocabConfig) -> list[str]:
     """The ``limit_alphabet`` most frequent characters after BERT normalization, ties broken by code
     point (the trainer breaks them in hash-map order, which differs from run to run)."""
-    from tokenizers.normalizers import BertNormalizer
-
     norm = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=cfg.lowercase)
     counts: Counter[str] = Counter()
     for batch in iter_shard_sentences(cfg.shards_dir):
@@ -62,8 +62,6 @@ def train_vocab(cfg: VocabConfig, target: Path) -> None:
     numbering makes it deterministic: we pass the alphabet ourselves (sorted) and register every
     ``##c`` continuation character up front, right after the special tokens.
     """
-    from tokenizers import BertWordPieceTokenizer
-
     alphabet = kept_alphabet(cfg)
     if not alphabet:
         raise UserError(f"{cfg.shards_dir}: no text to train a vocab on")

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from matplotlib.figure import Figure
+
 from bert_core.train_log import read_metrics  # noqa: F401  (art.read_metrics: the one metrics.jsonl reader)
 from contracts.common import atomic_path
 
@@ -40,12 +42,8 @@ def loss_series(rows: Iterable[dict[str, Any]]) -> dict[str, list[tuple[float, f
 
 def plot_loss_png(series: dict[str, list[tuple[float, float]]], out: str | Path, title: str = "") -> Path:
     """Write the loss curve(s) as a PNG (matplotlib, no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: workers have no display
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    fig = Figure(figsize=(6, 3.5), dpi=100)  # no pyplot: no global backend, nothing to close
+    ax = fig.subplots()
     for name, points in sorted(series.items()):
         if points:
             xs, ys = zip(*points)
@@ -59,7 +57,6 @@ def plot_loss_png(series: dict[str, list[tuple[float, float]]], out: str | Path,
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close(fig)
     with atomic_path(out) as tmp:
         tmp.write_bytes(buf.getvalue())
     return Path(out)

@@ -14,10 +14,10 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
-from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
 from contracts.common import StrictModel, UserError, load_yaml, build_config
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.specs import complete, spec_of
 
 ShardSpec = spec_of(ShardConfig, {"output_dir"}, "ShardSpec", "Raw text -> document shards (ShardConfig minus output_dir).")

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from contracts.common import run_main
+from flows.config import demo_config, make_plan
+
 # Offline, quiet defaults (set before Prefect is imported: it reads settings at import).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -27,7 +30,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=300, help="pretraining steps of the tiny model (default 300)")
     args = p.parse_args(argv)
 
-    from flows.config import demo_config, make_plan
     from flows.pipeline import pretraining_pipeline
 
     cfg = demo_config(args.output_root, max_steps=args.max_steps)
@@ -50,6 +52,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from contracts.common import run_main
-
     sys.exit(run_main(main))

@@ -12,6 +12,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Iterator
 
+import mwparserfromhell
+
 from data_jobs.readers.base import Document, ReadStats
 from data_jobs.readers.textio import STREAM_ERRORS, open_binary
 from data_jobs.segment import split_paragraph
@@ -53,8 +55,6 @@ def _page_fields(page: ET.Element) -> dict:
 
 def wikitext_to_paragraphs(wikitext: str) -> list[str]:
     """Plain-text paragraphs (one per non-empty line) of an article's wikitext."""
-    import mwparserfromhell
-
     code = mwparserfromhell.parse(wikitext)
     doomed = list(code.filter_templates(recursive=False)) + list(code.filter_headings(recursive=False))
     doomed += [t for t in code.filter_tags(recursive=True) if str(t.tag).strip().lower() in _DROP_TAGS]

@@ -12,6 +12,9 @@ import shutil
 import tempfile
 from typing import Any, Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from contracts.common import UserError
 from data_jobs.readers.base import Document, ReadStats
 from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
@@ -82,9 +85,6 @@ def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[D
 
 
 def _read_parquet_file(local: str, path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         pf = pq.ParquetFile(local)
     except (pa.ArrowException, OSError) as err:

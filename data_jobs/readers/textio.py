@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Union
 
+import zstandard
+
 BOM = b"\xef\xbb\xbf"
 COMPRESSIONS = (".gz", ".bz2", ".zst")
 PROBE_BYTES = 8192
@@ -30,17 +32,7 @@ class BadLine(NamedTuple):
 Line = Union[str, BadLine]
 
 
-def _zstd_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import zstandard
-
-        return (zstandard.ZstdError,)
-    except ImportError:  # pragma: no cover - zstandard is a dependency
-        return ()
-
-
-# What a damaged or cut-off compressed stream raises, whichever codec it is.
-STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error) + _zstd_errors()
+STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, zstandard.ZstdError)
 
 
 def base_name(path: str | Path) -> str:
@@ -64,8 +56,6 @@ class _ZstdTruncationCheck(io.RawIOBase):
 
     @staticmethod
     def _new():
-        import zstandard
-
         return zstandard.ZstdDecompressor().decompressobj()
 
     def readable(self) -> bool:

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from contracts.common import UserError
+from contracts.schema import Manifest, instances_schema
+from data_jobs import vocab_job
 from data_jobs.config import InstancesConfig, VocabConfig
 from data_jobs.instances import decode_examples
 from data_jobs.instances_job import main, run
-from contracts.schema import Manifest, instances_schema
-from data_jobs import vocab_job
 from instances_helpers import bert_sample_documents, book_documents, write_documents, write_tiny_vocab
 
 pytestmark = [pytest.mark.ray, pytest.mark.shared_data]

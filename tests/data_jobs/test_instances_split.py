@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from contracts.common import UserError
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from contracts.schema import Manifest
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 
 pytestmark = [pytest.mark.ray, pytest.mark.shared_data]
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_jobs.builtin_corpus import PREFIX, prose_paragraphs, units
 from contracts.common import UserError
+from data_jobs.builtin_corpus import PREFIX, prose_paragraphs, units
 from data_jobs.readers import ReadStats, detect_format, expand_inputs, read_documents, read_unit
 from data_jobs.readers.mediawiki import wikitext_to_paragraphs
 from data_jobs.readers.textio import probe

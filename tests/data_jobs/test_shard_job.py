@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.schema import DOCUMENTS_SCHEMA, Manifest
+from data_jobs import shard_tasks
 from data_jobs.inspect import main as inspect_main
 from data_jobs.readers import ReadStats, read_documents
-from contracts.schema import DOCUMENTS_SCHEMA, Manifest
 from data_jobs.shard_job import main as shard_main
 from data_jobs.shard_job import run
-from data_jobs import shard_tasks
 from data_jobs.shard_tasks import shard_of
 from shard_fixtures import BERT_TEXT, cfg, compress, write_corpus
 

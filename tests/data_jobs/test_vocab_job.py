@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.common import UserError, build_config
-from data_jobs.config import VocabConfig
 from contracts.schema import Manifest
+from data_jobs.config import VocabConfig
 from data_jobs.tokenization import load_vocab_dir, read_vocab, wordpiece_tokenizer
 from data_jobs.vocab_job import main, run
 from instances_helpers import book_documents, write_documents, write_tiny_vocab

@@ -26,8 +26,8 @@ INSTANCE_FLAGS = ["--max-seq-length", "32", "--max-predictions-per-seq", "5", "-
 REFERENCE = """
 import sys
 from contracts.common import build_config
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from data_jobs import instances_job, shard_job, vocab_job
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 corpus, root = sys.argv[1:3]
 shard_job.run(build_config(ShardConfig, dict(inputs=[corpus], input_format="bert", output_dir=root + "/docs",
                                              num_shards=%d, num_workers=1)))
