@@ -1,7 +1,7 @@
 """Shared plumbing for every layer: user errors, strict configs, atomic files, hashes.
 
-This module sits at the bottom of the import graph (flows -> bert_core -> data_jobs) and imports
-neither torch nor ray, so Ray workers and the CLI can load it cheaply.
+The bottom of the import graph (flows -> evaluation -> bert_core -> data_jobs -> contracts): it imports
+nothing of the project and neither torch nor ray, so Ray workers, model code and the CLI load it cheaply.
 """
 from __future__ import annotations
 
