@@ -21,7 +21,8 @@ class EvalBase(StrictModel):
 
     model_path: str = Field(..., description="Hugging Face BERT directory, bertflow checkpoint dir or training run dir")
     model_format: Literal["auto", "hf", "checkpoint"] = Field(
-        "auto", description="auto: a dir with config.json + weights is Hugging Face, anything else a checkpoint"
+        "auto", description="auto: a dir with config.json that is no bertflow checkpoint or run dir is Hugging Face, "
+        "anything else a checkpoint"
     )
     random_init: bool = Field(
         False, description="ignore the weights and start from a fresh random init of the same shape (baseline)"

@@ -1,0 +1,49 @@
+"""The one seeding function and the one device choice (bert_core.runtime), and the one test for a
+Hugging Face directory (bert_core.checkpoint.is_hf_dir), shared by training and evaluation."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import torch
+
+from bert_core.checkpoint import MARKER, is_hf_dir
+from bert_core.runtime import device_for, seed_all
+
+
+def _draws():
+    return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+def test_seed_all_fixes_python_numpy_and_torch():
+    seed_all(7)
+    a = _draws()
+    seed_all(7)
+    assert _draws() == a
+    seed_all(8)
+    assert _draws() != a
+    seed_all(2**40 + 7)  # seeds beyond NumPy's 32 bits are folded, not refused
+    assert np.random.get_state()[1][0] == np.random.RandomState(7).get_state()[1][0]
+
+
+def test_device_for_uses_a_gpu_only_when_wanted_and_visible():
+    assert device_for(use_gpu=False) == torch.device("cpu")
+    expected = torch.device("cuda", 1) if torch.cuda.is_available() else torch.device("cpu")
+    assert device_for(1) == expected
+
+
+def test_one_hf_directory_test_for_training_checkpoints_and_evaluation(tmp_path):
+    from evaluation.config import IntrinsicConfig
+    from evaluation.modeling import model_format
+
+    hf, run, ckpt = tmp_path / "hf", tmp_path / "run", tmp_path / "ckpt"
+    for d in (hf, run / "checkpoints", ckpt):
+        d.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (run / "config.json").write_text("{}")
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / MARKER).write_text("{}")
+    assert [is_hf_dir(p) for p in (hf, run, ckpt)] == [True, False, False]
+    fmt = [model_format(IntrinsicConfig(model_path=str(p), output_dir="o", instances_dir="i")) for p in (hf, run, ckpt)]
+    assert fmt == ["hf", "checkpoint", "checkpoint"]
