@@ -11,8 +11,9 @@ import os
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -26,14 +27,65 @@ class UserError(Exception):
     """
 
 
+# THE hashing rule, for every config. Fields that say where or how widely a job runs, or how it reports
+# progress, never change what it produces, so they never enter a config hash: a rerun with more workers,
+# another cluster address or the output moved elsewhere is the same job.
+RUN_FIELDS = frozenset({
+    "output_dir", "num_workers", "ray_address", "overwrite", "show_progress",  # data jobs, evaluations
+    "launcher", "hostfile", "log_every", "tensorboard", "save_every", "keep_last", "peak_tflops",  # training
+    "use_ray", "cpus_per_task", "gpus_per_task",  # evaluations
+})
+
+
 class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected, validated on assignment."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
+    # Fields naming the job's inputs (files, datasets, checkpoints). They do not enter the config hash
+    # as paths: each stage's ``status`` compares its inputs by content identity instead (a dataset's
+    # manifest identity, a file's size and checksum), so the same inputs addressed as ``out/docs`` or
+    # ``/abs/out/docs``, or copied elsewhere, are recognised, and inputs edited in place are not.
+    input_fields: ClassVar[frozenset[str]] = frozenset()
+
     def config_hash(self) -> str:
-        """Stable 16-hex-digit hash of the config; names the outputs it produces."""
-        return stable_hash(self.model_dump(mode="json"))
+        """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no
+        run fields, no input paths)."""
+        return stable_hash(self.model_dump(mode="json", exclude=set(RUN_FIELDS | self.input_fields)))
+
+
+NO_OUTPUT = "no output yet"
+
+
+@dataclass(frozen=True)
+class Status:
+    """A stage's answer to "is my output already there for this config and these inputs?".
+
+    done: complete and intact, skip it; partial: work of this very config and inputs is there to be
+    continued; absent: nothing usable (nothing there, or made from another config or other inputs).
+    ``reason`` is what the log says: "complete", "config differs", "inputs changed: 3 files", ...
+    """
+
+    state: Literal["done", "partial", "absent"]
+    reason: str
+    inputs: str = ""  # content identity of the inputs compared ("" where not computed)
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing there yet: a first run, with nothing to explain (the CLI then prints no status line,
+        so that a bad input still gives exactly one line)."""
+        return self.reason == NO_OUTPUT
+
+    def line(self, stage: str) -> str:
+        """The one log line saying why ``stage`` is skipped or (re)done."""
+        if self.done:
+            return f"stage {stage}: skipped ({self.reason})"
+        verb = "resuming" if self.state == "partial" else "running"
+        return f"stage {stage}: {verb} ({self.reason})"
 
 
 M = TypeVar("M", bound=BaseModel)

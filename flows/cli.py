@@ -11,7 +11,7 @@ from data_jobs.common import run_main
 # subcommand -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("data_jobs.cli:main", "data jobs on Ray: shard | vocab | instances | inspect"),
-    "train": ("bert_core.train:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
+    "train": ("bert_core.launch:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
     "export": ("bert_core.export:main_export", "export a checkpoint to a Hugging Face BERT directory"),
     "import": ("bert_core.export:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
     "eval": ("bert_core.evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),

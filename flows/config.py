@@ -1,11 +1,13 @@
 """One typed config for a whole pipeline run, and the plan derived from it.
 
 ``PipelineConfig`` composes the stage configs without their wiring (input/output paths): the plan
-fills those in, naming every output directory after the hash of the config that produces it
-(``<output_root>/documents/<hash>``, ``vocab/<hash>``, ``instances/<phase>-<hash>``, ...). Hashes are
-computed on paths relative to ``output_root`` (so a moved output tree keeps its names) and chain: a
-change to the corpus changes the documents hash, hence the vocab's inputs, hence its hash, and so on.
-A rerun of the same config therefore lands on the same directories and skips what is finished.
+fills those in, naming every output directory after the config that produces it and where its inputs
+lie (``<output_root>/documents/<hash>``, ``vocab/<hash>``, ``instances/<phase>-<hash>``, ...). Names
+use paths relative to ``output_root`` (so a moved output tree keeps its names) and chain: another
+corpus path gives another documents directory, hence other vocab inputs, and so on. A rerun of the
+same config lands on the same directories; each stage's own ``status`` then decides, from its config
+hash and its inputs' content, whether it is done (a corpus edited in place is redone, and with it
+everything downstream).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
-from data_jobs.common import StrictModel, UserError, load_yaml, build_config
+from data_jobs.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from flows.specs import complete, spec_of
 
@@ -118,7 +120,10 @@ def _named(root: Path, kind: str, model: type, spec: BaseModel, prefix: str = ""
     whose paths are relative to ``root``, so the name does not depend on where the root lives."""
     rel_wiring = {k: (str(Path(v).relative_to(root)) if isinstance(v, Path) else v) for k, v in wiring.items()}
     probe = complete(model, spec, f"{kind} config", output_dir="", **rel_wiring)
-    digest = probe.resume_hash() if isinstance(probe, TrainConfig) else probe.config_hash()
+    # A directory name, not a status: the config hash (no input paths, by the one rule) plus where the
+    # inputs are within the tree, so two corpora or two upstream configs never share a directory.
+    # Whether a stage is done is each stage's own status (inputs by content).
+    digest = stable_hash([probe.config_hash(), {k: getattr(probe, k) for k in sorted(model.input_fields)}])
     out = root / kind / f"{prefix}{digest}"
     abs_wiring = {k: (str(v) if isinstance(v, Path) else v) for k, v in wiring.items()}
     return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)

@@ -124,8 +124,12 @@ def config_from_args(args: argparse.Namespace):
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
-    _, run = _runner(args.kind)
-    results = run(cfg)
+    from bert_core.evaluation.runner import evaluate, status
+
+    state = status(args.kind, cfg)
+    if not state.fresh:
+        print(state.line(f"eval:{args.kind}") + f": {cfg.output_dir}", file=sys.stderr)
+    results = evaluate(args.kind, cfg, state)
     from bert_core.evaluation.report import markdown_report
 
     print(markdown_report(results))
