@@ -20,7 +20,7 @@ import torch
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
-from data_jobs.common import NO_OUTPUT, Status, UserError, run_main, write_json_atomic
+from data_jobs.common import ArgParser, NO_OUTPUT, Status, UserError, run_main, write_json_atomic
 
 EXPORT_RECORD = "exported_from.json"  # the checkpoint's content identity: what `status` compares
 
@@ -83,7 +83,7 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
 
 
 def _export(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
+    p = ArgParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
     p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
     p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
     args = p.parse_args(argv)
@@ -95,7 +95,7 @@ def _export(argv: Sequence[str] | None) -> int:
 
 
 def _import(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="bertflow import", description="Import a Hugging Face BERT directory as a run dir.")
+    p = ArgParser(prog="bertflow import", description="Import a Hugging Face BERT directory as a run dir.")
     p.add_argument("--hf-dir", required=True, help="HF BERT directory (config.json, weights, vocab.txt)")
     p.add_argument("--out", required=True, help="new run directory (usable as init_from)")
     args = p.parse_args(argv)

@@ -26,7 +26,7 @@ import yaml
 from bert_core import train
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
-from data_jobs.common import UserError, build_config, load_config, run_main
+from data_jobs.common import UserError, config_from_args, config_parser, run_main
 
 Log = Callable[[str], None]
 
@@ -95,32 +95,15 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path:
 # ---------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow train", description="Pretrain BERT on a static-instances dataset.")
-    p.add_argument("--config", help="TrainConfig YAML file (flags below override its keys)")
+    p = config_parser(TrainConfig, "bertflow train", "Pretrain BERT on a static-instances dataset.")
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
-    flags = {
-        "data_dir": str, "output_dir": str, "init_from": str, "model": str, "engine": str, "zero_stage": int,
-        "precision": str, "optimizer": str, "lr": float, "micro_batch_size": int, "grad_accum_steps": int,
-        "global_batch_size": int, "max_steps": int, "save_every": int, "log_every": int, "seed": int,
-        "launcher": str, "num_workers": int, "ray_address": str, "dropout": float,
-    }
-    for name, typ in flags.items():
-        help_ = TrainConfig.model_fields[name].description
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
     return p
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank") and v is not None}
-    if args.config:
-        return load_config(TrainConfig, args.config, overrides)
-    return build_config(TrainConfig, overrides, "command line")
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    config = config_from_args(args)
+    config = config_from_args(TrainConfig, args, ignore=("resume", "local_rank"))
     result = launch(config, resume=args.resume)
     import torch.distributed as dist
 

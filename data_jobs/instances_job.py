@@ -31,7 +31,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from data_jobs.common import NO_OUTPUT, Status, UserError, build_config, load_config, run_main, stable_hash, write_json_atomic
+from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
+                              write_json_atomic)
 from data_jobs.config import InstancesConfig
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
@@ -384,33 +385,15 @@ def _unwrap(ray, ref):
 # ---------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow data instances", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="YAML file with InstancesConfig keys (flags override it)")
-    types = {"whole_word_masking": None, "sentence_task": str}
-    for name, field in InstancesConfig.model_fields.items():
-        default = "" if field.is_required() else f" (default: {field.default})"
-        text = (field.description + default).replace("%", "%%")  # argparse formats help with %
-        flag = "--" + name.replace("_", "-")
-        if name == "whole_word_masking":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            kind = types.get(name) or (field.annotation if field.annotation in (int, float) else str)
-            choices = ["nsp", "sop", "none"] if name == "sentence_task" else None
-            p.add_argument(flag, type=kind, choices=choices, help=text)
-    return p
+    return config_parser(InstancesConfig, "bertflow data instances", __doc__.split("\n")[0])
 
 
-def config_from_args(argv: Sequence[str] | None) -> InstancesConfig:
-    args = vars(build_parser().parse_args(argv))
-    path = args.pop("config")
-    overrides = {k: v for k, v in args.items() if v is not None}
-    if path:
-        return load_config(InstancesConfig, path, overrides)
-    return build_config(InstancesConfig, overrides, "command line")
+def config_from_argv(argv: Sequence[str] | None) -> InstancesConfig:
+    return config_from_args(InstancesConfig, build_parser().parse_args(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    run(config_from_args(argv))
+    run(config_from_argv(argv))
     return 0
 
 

@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from data_jobs.common import NO_OUTPUT, Status, UserError, build_config, load_config, run_main, sha256_file, stable_hash
+from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
+                              stable_hash)
 from data_jobs.config import ShardConfig
 from data_jobs.readers import Unit, expand_inputs
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest
@@ -277,39 +278,15 @@ def _report(m: Manifest, out: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="bertflow data shard", description="Raw text -> Parquet document shards (a Ray job).",
-        epilog="Flags override keys of --config. Formats: auto, bert, books, wikiextractor, mediawiki, jsonl, parquet.",
+    return config_parser(
+        ShardConfig, "bertflow data shard", "Raw text -> Parquet document shards (a Ray job).",
+        aliases={"--input": "inputs", "--format": "input_format", "--splitter": "sentence_splitter"},
+        keep_commas=["inputs"],
     )
-    ap.add_argument("--config", help="YAML file with ShardConfig keys")
-    ap.add_argument("--input", dest="inputs", action="append", nargs="+", metavar="PATH",
-                    help="file, directory, glob or builtin:python-docs (repeatable)")
-    ap.add_argument("--output-dir", help="directory for shard-*.parquet and manifest.json")
-    ap.add_argument("--format", dest="input_format", help="input format (default auto: by name and content)")
-    ap.add_argument("--text-column", help="JSONL/Parquet text column (default text)")
-    ap.add_argument("--id-column", help="JSONL/Parquet document id column (default: row index)")
-    ap.add_argument("--num-shards", type=int, help="number of output shards (default 8)")
-    ap.add_argument("--num-workers", type=int, help="parallel Ray reading tasks (default 2)")
-    ap.add_argument("--ray-address", help="existing Ray cluster ('auto', 'ray://host:10001'); default: local")
-    ap.add_argument("--min-sentences", type=int, help="drop documents with fewer sentences (default 1)")
-    ap.add_argument("--splitter", dest="sentence_splitter", help="syntok (default), blingfire or pysbd")
-    ap.add_argument("--on-bad-input", choices=["skip", "fail"], help="damaged input: skip+count (default) or stop")
-    ap.add_argument("--no-dedup", dest="dedup", action="store_const", const=False, help="keep exact duplicates")
-    ap.add_argument("--overwrite", action="store_const", const=True, help="replace another config's shards")
-    return ap
-
-
-def config_from_args(args: argparse.Namespace) -> ShardConfig:
-    overrides = {k: v for k, v in vars(args).items() if k != "config" and v is not None}
-    if "inputs" in overrides:
-        overrides["inputs"] = [p for group in overrides["inputs"] for p in group]
-    if args.config:
-        return load_config(ShardConfig, args.config, overrides)
-    return build_config(ShardConfig, overrides, "command line")
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    config = config_from_args(build_parser().parse_args(argv))
+    config = config_from_args(ShardConfig, build_parser().parse_args(argv))
     manifest = run(config)
     print(f"{config.output_dir}: {manifest.totals['documents_kept']} documents in {len(manifest.files)} shards")
     return 0

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from data_jobs.common import NO_OUTPUT, Status, UserError, atomic_path, build_config, load_config, run_main
+from data_jobs.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
 from data_jobs.config import VocabConfig
 from data_jobs.schema import MANIFEST_NAME, Manifest, file_entry
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
@@ -154,26 +154,11 @@ def run(cfg: VocabConfig) -> Manifest:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow data vocab", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="YAML file with VocabConfig keys (flags override it)")
-    for name, field in VocabConfig.model_fields.items():
-        if name == "special_tokens":  # a list: set it in the YAML file
-            continue
-        default = "" if field.is_required() else f" (default: {field.default})"
-        text = (field.description + default).replace("%", "%%")
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            p.add_argument(flag, type=int if field.annotation is int else str, help=text)
-    return p
+    return config_parser(VocabConfig, "bertflow data vocab", __doc__.split("\n")[0], aliases={"--cased": ("lowercase", False)})
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = vars(build_parser().parse_args(argv))
-    path = args.pop("config")
-    overrides = {k: v for k, v in args.items() if v is not None}
-    cfg = load_config(VocabConfig, path, overrides) if path else build_config(VocabConfig, overrides, "command line")
+    cfg = config_from_args(VocabConfig, build_parser().parse_args(argv))
     m = run(cfg)
     print(f"vocab: {m.totals['vocab_size']:,} tokens, hash {m.vocab_hash} -> {Path(cfg.output_dir) / VOCAB_FILE}")
     return 0
