@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
@@ -92,6 +92,14 @@ class PipelineConfig(StrictModel):
         names = [p.name for p in self.phases]
         if len(set(names)) != len(names):
             raise ValueError(f"phase names must be unique, got {names}")
+        # A spec carries its stage's fields, not its validators: check each phase's training config
+        # now (launcher/engine/worker combinations...), not after the data stages ran.
+        for phase in self.phases:
+            data = {**phase.train.model_dump(mode="python"), "data_dir": ".", "output_dir": "."}
+            try:
+                TrainConfig.model_validate(data)
+            except ValidationError as err:
+                raise ValueError(f"phases[{phase.name}].train: " + "; ".join(e["msg"] for e in err.errors())) from None
         return self
 
     @classmethod
