@@ -42,9 +42,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from bert_core.evaluation.runner import evaluate, status
 
     state = status(args.kind, cfg)
-    if not state.fresh:
-        print(state.line(f"eval:{args.kind}") + f": {cfg.output_dir}", file=sys.stderr)
     results = evaluate(args.kind, cfg, state)
+    if not state.fresh:  # said after the run, so that a failing rerun still ends in exactly one line
+        print(state.line(f"eval:{args.kind}") + f": {cfg.output_dir}", file=sys.stderr)
     from bert_core.evaluation.report import markdown_report
 
     print(markdown_report(results))
