@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,7 +19,25 @@ import torch
 
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
-from contracts.common import UserError, run_main
+from bert_core.identity import identity
+from data_jobs.common import ArgParser, NO_OUTPUT, Status, UserError, run_main, write_json_atomic
+
+EXPORT_RECORD = "exported_from.json"  # the checkpoint's content identity: what `status` compares
+
+
+def status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:
+    """done when ``out_dir`` holds the export of exactly this checkpoint's content, else absent."""
+    out = Path(out_dir)
+    try:
+        record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Status("absent", NO_OUTPUT if not out.exists() else "no export record")
+    if not isinstance(record, dict) or record.get("source") != identity(resolve_checkpoint(checkpoint_or_run_dir)):
+        return Status("absent", "inputs changed: checkpoint")
+    missing = [n for n in record.get("files", []) if not (out / n).is_file()]
+    if missing:
+        return Status("absent", f"{len(missing)} files missing")
+    return Status("done", "complete")
 
 
 def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
@@ -30,7 +49,11 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
     ckpt = resolve_checkpoint(checkpoint_or_run_dir)
     if (ckpt / "trainer_state.json").is_file():
         lowercase = bool(read_state(ckpt).get("lowercase", True))
-    return save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
+    (Path(out_dir) / EXPORT_RECORD).unlink(missing_ok=True)  # never vouch for a directory being rewritten
+    path = save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
+    files = sorted(p.name for p in Path(path).iterdir() if p.is_file())
+    write_json_atomic(Path(path) / EXPORT_RECORD, {"checkpoint": ckpt.name, "source": identity(ckpt), "files": files})
+    return path
 
 
 class _WeightsOnly:
@@ -60,16 +83,19 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
 
 
 def _export(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
+    p = ArgParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
     p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
     p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
     args = p.parse_args(argv)
-    print(export_checkpoint(args.checkpoint, args.out))
+    state = status(args.checkpoint, args.out)
+    if not state.fresh:
+        print(state.line("export") + f": {args.out}", file=sys.stderr)
+    print(args.out if state.done else export_checkpoint(args.checkpoint, args.out))
     return 0
 
 
 def _import(argv: Sequence[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="bertflow import", description="Import a Hugging Face BERT directory as a run dir.")
+    p = ArgParser(prog="bertflow import", description="Import a Hugging Face BERT directory as a run dir.")
     p.add_argument("--hf-dir", required=True, help="HF BERT directory (config.json, weights, vocab.txt)")
     p.add_argument("--out", required=True, help="new run directory (usable as init_from)")
     args = p.parse_args(argv)

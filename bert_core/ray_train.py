@@ -1,4 +1,5 @@
-"""Ray Train (V2) launcher: ``num_workers`` TorchTrainer workers each call the same ``train.run``.
+"""Ray Train (V2): ``num_workers`` TorchTrainer workers each call the same ``train.run``. Started by
+``bert_core.launch`` (launcher ray), which reads the result back from ``output_dir``.
 
 Ray Train sets up the torch process group (gloo on CPU, nccl on GPU); DeepSpeed joins it (the engine
 imports DeepSpeed inside the worker process, never in the driver). Checkpoints, metrics and
@@ -32,19 +33,12 @@ def _worker(loop_config: dict[str, Any]) -> None:
     ray.train.report({"last_checkpoint": str(result.last_checkpoint), **(result.final_metrics or {})})
 
 
-def launch(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[float] = None):
-    """Train on a Ray cluster (``config.ray_address``, else a local one); returns the train.TrainResult
-    read back from ``output_dir``."""
-    if config.engine != "deepspeed" and config.num_workers > 1:
-        raise UserError("launcher ray with num_workers > 1 needs engine deepspeed")
-    import ray
+def fit(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[float] = None) -> Path:
+    """Train on a Ray cluster (``config.ray_address``, else a local one); returns the run directory."""
     import torch
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from bert_core.train import TrainResult
-    from bert_core.train_log import METRICS_FILE, read_metrics
-    from bert_core.checkpoint import CheckpointManager
     from data_jobs.ray_util import ensure_ray
 
     ensure_ray(config.ray_address)
@@ -68,8 +62,7 @@ def launch(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[
         if cause is not None:
             raise cause from None
         raise
-    records = read_metrics(out / METRICS_FILE)
-    return TrainResult(out, CheckpointManager(out).latest(), out / METRICS_FILE, records[-1] if records else {})
+    return out
 
 
 def _user_error(err: BaseException) -> Optional[UserError]:

@@ -1,30 +1,36 @@
-"""``bertflow train`` / ``python -m bert_core.train``: the one training function every launcher calls.
+"""The one training function every launcher calls, and the training stage's status.
 
     run(config, resume) -> TrainResult     single process, a torchrun/deepspeed rank, or a Ray Train worker
+    status(config) -> Status               done | partial | absent, asked by the CLI and the flows
+
+Which processes call ``run`` is decided by ``bert_core.launch`` (``bertflow train``, ``python -m
+bert_core.train``, the flows).
 
 Every check that can refuse the run (config, data/model mismatch, batch arithmetic, init weights,
 run directory, resume config) happens before anything is written, on every rank alike.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import random
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch.distributed as dist
 
 from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
-                                 resolve_checkpoint, verify)
+                                 resolve_checkpoint, step_of, verify)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
+from bert_core.identity import identity
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config
-from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
-from contracts.common import UserError, build_config, load_config, run_main, write_json_atomic
+from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops, read_metrics
+from data_jobs.common import NO_OUTPUT, Status, UserError, build_config, write_json_atomic
 
 RUN_CONFIG = "train_config.json"
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}
@@ -36,6 +42,51 @@ class TrainResult:
     last_checkpoint: Optional[Path]
     metrics_file: Path
     final_metrics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str | Path) -> "TrainResult":
+        """The result of a run read back from its directory (launches in other processes, skipped runs)."""
+        run_dir = Path(run_dir)
+        rows = read_metrics(run_dir / METRICS_FILE)
+        return cls(run_dir, CheckpointManager(run_dir).latest(), run_dir / METRICS_FILE, rows[-1] if rows else {})
+
+
+def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
+    """Content identity of the run's inputs (the instances dataset, the init weights), not their paths."""
+    return {name: identity(getattr(config, name)) for name in sorted(TrainConfig.input_fields)}
+
+
+def _saved_run(run_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def status(config: TrainConfig) -> Status:
+    """done (every step checkpointed) | partial (resumable) | absent, for this config and these inputs."""
+    run_dir = Path(config.output_dir)
+    saved = _saved_run(run_dir)
+    if saved is None:
+        return Status("absent", NO_OUTPUT if not run_dir.exists() else "no finished run config")
+    if saved.get("resume_hash") != config.resume_hash():
+        return Status("absent", "config differs")
+    inputs = input_identity(config)
+    changed = [k for k, v in (saved.get("inputs") or inputs).items() if inputs.get(k) != v]
+    if changed:
+        return Status("absent", f"inputs changed: {', '.join(changed)}")
+    latest = CheckpointManager(run_dir).latest()
+    if latest is not None and step_of(latest) >= config.max_steps:
+        return Status("done", "complete")
+    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}")
+
+
+def discard(config: TrainConfig) -> None:
+    """Remove a stale run (another config's or other inputs') from ``output_dir`` before training anew;
+    only a directory that holds a bertflow run is touched."""
+    run_dir = Path(config.output_dir)
+    if (run_dir / RUN_CONFIG).is_file() or (run_dir / "checkpoints").is_dir():
+        shutil.rmtree(run_dir)
 
 
 def _barrier() -> None:
@@ -88,8 +139,15 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
             a, b = old_cfg.model_dump(mode="json"), config.model_dump(mode="json")
             changed = sorted(k for k in a if a[k] != b.get(k) and k in TrainConfig.model_fields)
             raise UserError(f"--resume: config differs from the run's {saved} in {', '.join(changed)}")
+        inputs = input_identity(config)
+        changed = [k for k, v in (old.get("inputs") or inputs).items() if inputs.get(k) != v]
+        if changed:
+            raise UserError(f"--resume: inputs changed since the run in {run_dir} started: {', '.join(changed)} "
+                            "(other content)")
     elif saved.exists() or (run_dir / "checkpoints").exists():
-        raise UserError(f"output_dir: {run_dir} already holds a run; pass --resume or choose another directory")
+        st = status(config)
+        raise UserError(f"output_dir: {run_dir} already holds a run; pass --resume or choose another directory "
+                        f"(its status: {st.state}, {st.reason})")
 
 
 @dataclass
@@ -153,7 +211,8 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash()})
+        write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash(),
+                                                 "inputs": input_identity(config)})
     engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,
                            log_every=config.log_every, tensorboard=config.tensorboard,
@@ -181,55 +240,9 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     return TrainResult(run_dir, last, run_dir / METRICS_FILE, record)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow train", description="Pretrain BERT on a static-instances dataset.")
-    p.add_argument("--config", help="TrainConfig YAML file (flags below override its keys)")
-    p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
-    flags = {
-        "data_dir": str, "output_dir": str, "init_from": str, "model": str, "engine": str, "zero_stage": int,
-        "precision": str, "optimizer": str, "lr": float, "micro_batch_size": int, "grad_accum_steps": int,
-        "global_batch_size": int, "max_steps": int, "save_every": int, "log_every": int, "seed": int,
-        "launcher": str, "num_workers": int, "ray_address": str, "dropout": float,
-    }
-    for name, typ in flags.items():
-        help_ = TrainConfig.model_fields[name].description
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, help=help_)
-    return p
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank") and v is not None}
-    if args.config:
-        return load_config(TrainConfig, args.config, overrides)
-    return build_config(TrainConfig, overrides, "command line")
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
-    if config.launcher == "deepspeed" and config.hostfile:
-        from bert_core.hostfile import read_hostfile
-
-        read_hostfile(config.hostfile)  # unknown host: one line now, not an ssh timeout later
-    if config.launcher == "ray":
-        from bert_core.ray_train import launch
-
-        result = launch(config, resume=args.resume)
-    else:
-        result = run(config, resume=args.resume)
-    if result is not None and (not dist.is_initialized() or dist.get_rank() == 0):
-        print(f"run dir: {result.run_dir}  last checkpoint: {result.last_checkpoint}")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(_main, argv)
-
-
 if __name__ == "__main__":
-    # Run the copy imported under the package name: Ray pickles remote functions by module, and a
-    # worker cannot import "__main__" (this is how `ray job submit -- python -m bert_core.train` runs).
-    from bert_core.train import main as _package_main
+    # `python -m bert_core.train` is `bertflow train`: the launcher module decides what runs here (the
+    # ranks it starts under torchrun/deepspeed come back to this line and train in this process).
+    from bert_core.launch import main as _launch_main
 
-    raise SystemExit(_package_main())
+    raise SystemExit(_launch_main())

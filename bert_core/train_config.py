@@ -1,7 +1,8 @@
 """Training configuration (pydantic, strict) and the ONE place batch sizes are derived and checked.
 
-A run is fully described by one ``TrainConfig``; ``--resume`` refuses a config whose ``resume_hash``
-differs from the one stored in the run directory. Importing this module pulls in neither torch nor
+A run is fully described by one ``TrainConfig``; ``--resume`` refuses a config whose hash (the one
+rule of ``data_jobs.common.StrictModel.config_hash``: no launch/reporting fields, inputs by content)
+or whose inputs differ from those stored in the run directory. Importing this module pulls in neither torch nor
 DeepSpeed.
 """
 from __future__ import annotations
@@ -11,20 +12,14 @@ from typing import Any, Literal, Optional, Union
 from pydantic import ConfigDict, Field, model_validator
 
 from bert_core.config import PRESETS, ModelConfig, preset
-from contracts.common import StrictModel, UserError, stable_hash
-
-# Fields that change where/how a run is launched or reported, never the numbers it produces:
-# a resumed run may change them.
-LAUNCH_ONLY_FIELDS = {
-    "launcher", "num_workers", "hostfile", "ray_address", "log_every", "tensorboard", "save_every", "keep_last",
-    "peak_tflops", "output_dir",
-}
+from data_jobs.common import StrictModel, UserError
 
 
 class TrainConfig(StrictModel):
     """One pretraining run (phase 1 or phase 2) of BERT on a static-instances dataset."""
 
     model_config = ConfigDict(**StrictModel.model_config, protected_namespaces=())
+    input_fields = frozenset({"data_dir", "init_from"})  # identity: the dataset's, the checkpoints'
 
     # --- what to train, on what -------------------------------------------------------------
     model: Union[str, ModelConfig] = Field(
@@ -86,7 +81,10 @@ class TrainConfig(StrictModel):
     launcher: Literal["local", "torchrun", "deepspeed", "ray"] = Field(
         "local", description="local: this process; torchrun/deepspeed: started by those; ray: Ray Train workers"
     )
-    num_workers: int = Field(1, ge=1, description="ranks for launcher=ray (others take WORLD_SIZE from the env)")
+    num_workers: int = Field(
+        1, ge=1, description="ranks started by launcher ray, torchrun or deepspeed (one node; ranks already "
+        "started by torchrun/deepspeed take WORLD_SIZE from the env)",
+    )
     hostfile: Optional[str] = Field(None, description="DeepSpeed hostfile for multi-node launches")
     ray_address: Optional[str] = Field(None, description="existing Ray cluster for launcher=ray; None = local")
 
@@ -108,6 +106,13 @@ class TrainConfig(StrictModel):
             )
         if self.engine == "torch" and self.zero_stage:
             raise ValueError("zero_stage needs engine deepspeed")
+        # Launch combinations that cannot work are refused when the config is loaded, not after the
+        # data stages ran (bert_core.launch starts what the config says).
+        if self.engine == "torch" and self.launcher != "local" and self.num_workers > 1:
+            raise ValueError(f"launcher {self.launcher} with num_workers > 1 needs engine deepspeed "
+                             "(engine torch runs one process)")
+        if self.hostfile and self.launcher != "deepspeed":
+            raise ValueError("hostfile needs launcher deepspeed")
         return self
 
     def build_model_config(self, data_vocab_size: Optional[int] = None) -> ModelConfig:
@@ -144,8 +149,8 @@ class TrainConfig(StrictModel):
         return int(round(self.warmup_proportion * self.max_steps))
 
     def resume_hash(self) -> str:
-        """Hash of everything that determines the numbers; launch/reporting fields may change on resume."""
-        return stable_hash(self.model_dump(mode="json", exclude=LAUNCH_ONLY_FIELDS))
+        """The config hash (launch/reporting fields may change on resume); kept as the name runs record."""
+        return self.config_hash()
 
 
 def ds_config(config: TrainConfig, world_size: int) -> dict[str, Any]:

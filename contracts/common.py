@@ -5,14 +5,18 @@ nothing of the project and neither torch nor ray, so Ray workers, model code and
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import types
+import typing
 import os
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -26,14 +30,65 @@ class UserError(Exception):
     """
 
 
+# THE hashing rule, for every config. Fields that say where or how widely a job runs, or how it reports
+# progress, never change what it produces, so they never enter a config hash: a rerun with more workers,
+# another cluster address or the output moved elsewhere is the same job.
+RUN_FIELDS = frozenset({
+    "output_dir", "num_workers", "ray_address", "overwrite", "show_progress",  # data jobs, evaluations
+    "launcher", "hostfile", "log_every", "tensorboard", "save_every", "keep_last", "peak_tflops",  # training
+    "use_ray", "cpus_per_task", "gpus_per_task",  # evaluations
+})
+
+
 class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected, validated on assignment."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
+    # Fields naming the job's inputs (files, datasets, checkpoints). They do not enter the config hash
+    # as paths: each stage's ``status`` compares its inputs by content identity instead (a dataset's
+    # manifest identity, a file's size and checksum), so the same inputs addressed as ``out/docs`` or
+    # ``/abs/out/docs``, or copied elsewhere, are recognised, and inputs edited in place are not.
+    input_fields: ClassVar[frozenset[str]] = frozenset()
+
     def config_hash(self) -> str:
-        """Stable 16-hex-digit hash of the config; names the outputs it produces."""
-        return stable_hash(self.model_dump(mode="json"))
+        """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no
+        run fields, no input paths)."""
+        return stable_hash(self.model_dump(mode="json", exclude=set(RUN_FIELDS | self.input_fields)))
+
+
+NO_OUTPUT = "no output yet"
+
+
+@dataclass(frozen=True)
+class Status:
+    """A stage's answer to "is my output already there for this config and these inputs?".
+
+    done: complete and intact, skip it; partial: work of this very config and inputs is there to be
+    continued; absent: nothing usable (nothing there, or made from another config or other inputs).
+    ``reason`` is what the log says: "complete", "config differs", "inputs changed: 3 files", ...
+    """
+
+    state: Literal["done", "partial", "absent"]
+    reason: str
+    inputs: str = ""  # content identity of the inputs compared ("" where not computed)
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing there yet: a first run, with nothing to explain (the CLI then prints no status line,
+        so that a bad input still gives exactly one line)."""
+        return self.reason == NO_OUTPUT
+
+    def line(self, stage: str) -> str:
+        """The one log line saying why ``stage`` is skipped or (re)done."""
+        if self.done:
+            return f"stage {stage}: skipped ({self.reason})"
+        verb = "resuming" if self.state == "partial" else "running"
+        return f"stage {stage}: {verb} ({self.reason})"
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -163,3 +218,103 @@ def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | No
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         print(f"bertflow: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+
+
+# ---------------------------------------------------------------- CLIs generated from config models
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse whose errors are the project's one line (``bertflow: error: <option>: <problem>``, exit 2
+    through run_main) instead of a usage block and argparse's own message."""
+
+    def error(self, message: str):  # type: ignore[override]
+        if message.startswith("argument "):
+            message = message[len("argument "):]  # "--num-shards: invalid int value: 'x'"
+        raise UserError(message)
+
+
+class _Extend(argparse.Action):
+    """Repeatable list option: ``--x a b --x c`` and ``--x a,b`` (unless commas are kept) give [a, b, c]."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = list(getattr(namespace, self.dest) or [])
+        for v in values:
+            items.extend(v if isinstance(v, list) else [v])
+        setattr(namespace, self.dest, items)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Optional[X] -> X (a None default says "unset"); other unions keep their first member."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if args else str
+    return annotation
+
+
+def _scalar(kind: Any, name: str, split: bool) -> Callable[[str], Any]:
+    base = kind if kind in (int, float) else str
+
+    def convert(text: str) -> Any:
+        parts = [t.strip() for t in text.split(",") if t.strip()] if split else [text]
+        try:
+            values = [base(t) for t in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {base.__name__} values, got {text!r}") from None
+        return values if split else values[0]
+
+    convert.__name__ = base.__name__
+    return convert
+
+
+def add_config_flags(parser: argparse.ArgumentParser, model: type[BaseModel], skip: Sequence[str] = (),
+                     aliases: dict[str, Any] | None = None, keep_commas: Sequence[str] = ()) -> None:
+    """One ``--field-name`` per field of ``model`` (help: the field's description and default): bools as
+    ``--x/--no-x``, Literals with choices, lists repeatable or comma-separated, pairs as two values.
+    Mappings and nested models are set in the YAML file. ``aliases``: ``{"--flag": "field"}`` for
+    another name of a value flag, ``{"--flag": ("field", value)}`` for a flag storing that value."""
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        kind = _unwrap(field.annotation)
+        origin = typing.get_origin(kind)
+        if origin is dict or (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            continue
+        default = "" if field.is_required() else f" (default: {field.get_default(call_default_factory=True)})"
+        kw: dict[str, Any] = {"dest": name, "default": None, "help": (field.description + default).replace("%", "%%")}
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif origin is typing.Literal:
+            kw.update(choices=list(typing.get_args(kind)), metavar="{" + ",".join(map(str, typing.get_args(kind))) + "}")
+        elif origin is list:
+            item = _unwrap(typing.get_args(kind)[0])
+            kw.update(action=_Extend, nargs="+", type=_scalar(item, name, name not in keep_commas))
+        elif origin is tuple:
+            kw.update(nargs=len(typing.get_args(kind)), type=_scalar(typing.get_args(kind)[0], name, False))
+        else:
+            kw["type"] = _scalar(kind, name, False)
+        parser.add_argument(flag, **kw)
+    for alias, target in (aliases or {}).items():
+        if isinstance(target, tuple):
+            parser.add_argument(alias, dest=target[0], action="store_const", const=target[1], default=None,
+                                help=f"same as --{'' if target[1] else 'no-'}{target[0].replace('_', '-')}")
+        else:
+            action = next(a for a in parser._actions if a.dest == target)
+            action.option_strings.append(alias)
+            parser._option_string_actions[alias] = action
+
+
+def config_parser(model: type[BaseModel], prog: str, description: str, **flags: Any) -> ArgParser:
+    """The CLI of a config model: ``--config FILE.yaml`` plus one flag per field (flags win)."""
+    parser = ArgParser(prog=prog, description=description,
+                       epilog="Flags override the keys of --config; every flag is a field of the config.")
+    parser.add_argument("--config", help=f"YAML file with {model.__name__} keys (flags override it)")
+    add_config_flags(parser, model, **flags)
+    return parser
+
+
+def config_from_args(model: type[M], args: argparse.Namespace, ignore: Sequence[str] = ()) -> M:
+    """The config from ``--config`` (if given) with every flag that was set on top."""
+    values = {k: v for k, v in vars(args).items() if k not in ("config", *ignore) and v is not None}
+    if getattr(args, "config", None):
+        return load_config(model, args.config, values)
+    return build_config(model, values, "command line")

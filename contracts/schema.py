@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.common import UserError, sha256_file, write_json_atomic
+from data_jobs.common import UserError, sha256_file, stable_hash, write_json_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -105,6 +105,12 @@ class Manifest(BaseModel):
         if kind is not None and manifest.kind != kind:
             raise UserError(f"{d}: manifest is of kind {manifest.kind!r}, expected {what}")
         return manifest
+
+    def identity(self) -> str:
+        """Content identity of the dataset: what it was made by and the checksum of every file, not
+        where it lies (a copied or moved dataset keeps it; a remade one with other content does not)."""
+        files = sorted((f.name, f.sha256) for f in self.files)
+        return stable_hash([self.kind, self.config_hash, self.vocab_hash, files])
 
     def verify_files(self, directory: str | Path, deep: bool = True) -> list[str]:
         """Return a list of problems ('<file>: missing', '<file>: checksum mismatch'); empty if sound."""

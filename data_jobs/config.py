@@ -19,15 +19,11 @@ class RayOptions(StrictModel):
         None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = local cluster"
     )
 
-    def config_hash(self) -> str:
-        """Hash of what determines the output: where and how widely it runs does not count."""
-        from contracts.common import stable_hash
-
-        return stable_hash(self.model_dump(mode="json", exclude={"num_workers", "ray_address"}))
-
 
 class ShardConfig(RayOptions):
     """raw text -> N Parquet document shards (documents assigned by a stable hash of doc_id)."""
+
+    input_fields = frozenset({"inputs"})  # identity: each file's name under the input root, size, SHA-256
 
     inputs: list[str] = Field(
         ..., min_length=1, description="files, directories or globs; 'builtin:python-docs' = the built-in smoke corpus"
@@ -52,16 +48,11 @@ class ShardConfig(RayOptions):
     )
     overwrite: bool = Field(False, description="replace the shards of another config found in output_dir")
 
-    def config_hash(self) -> str:
-        """Hash of what determines the shards: not where they go, how wide it runs, or overwrite."""
-        from contracts.common import stable_hash
-
-        skip = {"num_workers", "ray_address", "output_dir", "overwrite"}
-        return stable_hash(self.model_dump(mode="json", exclude=skip))
-
 
 class VocabConfig(StrictModel):
     """Train a WordPiece vocab over document shards, or adopt an existing vocab.txt."""
+
+    input_fields = frozenset({"shards_dir", "vocab_file"})  # identity: the dataset's, or the file's tokens
 
     shards_dir: Optional[str] = Field(None, description="documents dataset to train on (unused with vocab_file)")
     output_dir: str = Field(..., description="directory receiving vocab.txt and manifest.json")
@@ -87,6 +78,8 @@ class VocabConfig(StrictModel):
 
 class InstancesConfig(RayOptions):
     """Document shards -> static MLM/NSP instances, as Google's create_pretraining_data.py makes them."""
+
+    input_fields = frozenset({"shards_dir", "vocab_dir"})  # identity: the two datasets'
 
     shards_dir: str = Field(..., description="documents dataset (output of the shard job)")
     vocab_dir: str = Field(..., description="vocab dataset (output of the vocab job)")

@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import pyarrow.parquet as pq
-
-from contracts.common import UserError, run_main
-from contracts.schema import Manifest
+from data_jobs.common import ArgParser, UserError, run_main
+from data_jobs.schema import Manifest
 
 
 def _fmt(value: Any, width: int = 100) -> str:
@@ -75,7 +73,7 @@ def instance_examples(directory: str | Path, n: int) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bertflow data inspect", description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="bertflow data inspect", description=__doc__.splitlines()[0])
     ap.add_argument("directory", help="a dataset directory (holding manifest.json)")
     ap.add_argument("-n", "--examples", type=int, default=3, help="records to show (default 3; 0 = none)")
     ap.add_argument("--verify", action="store_true", help="recompute every file's SHA-256 (reads everything)")

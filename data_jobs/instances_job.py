@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from contracts.common import UserError, build_config, load_config, run_main, stable_hash, write_json_atomic
+from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
+                              write_json_atomic)
 from data_jobs.config import InstancesConfig
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
@@ -174,7 +176,7 @@ def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
     if problems:
         raise UserError(problems[0])
     files = sorted(m.files, key=lambda f: f.name)
-    return m, files, stable_hash(m.model_dump(mode="json"))
+    return m, files, m.identity()  # content identity: the same dataset elsewhere is the same input
 
 
 def _check_output(out: Path, cfg: InstancesConfig, vocab: VocabInfo) -> Manifest | None:
@@ -190,10 +192,7 @@ def _check_output(out: Path, cfg: InstancesConfig, vocab: VocabInfo) -> Manifest
     if m.kind != "instances" or m.config_hash != cfg.config_hash():
         raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
                         f"!= {cfg.config_hash()}); use another output_dir or delete it")
-    if m.vocab_hash != vocab.vocab_hash:
-        raise UserError(f"{out}: was made with another vocab (hash {m.vocab_hash} != {vocab.vocab_hash} of "
-                        f"{vocab.vocab_file}); use another output_dir or delete it")
-    return m
+    return m  # made from other inputs (documents or vocab): redone in place
 
 
 def _reusable(out: Path, shard: int, key: dict) -> dict | None:
@@ -210,17 +209,60 @@ def _reusable(out: Path, shard: int, key: dict) -> dict | None:
     return None if probe.verify_files(out, deep=True) else rec
 
 
+def status(cfg: InstancesConfig, deep: bool = False) -> Status:
+    """done | partial | absent for this config and these two input datasets (data_jobs.common.Status)."""
+    _, _, input_hash = _load_shards(cfg.shards_dir)
+    return _status(cfg, load_vocab_dir(cfg.vocab_dir), input_hash, deep)
+
+
+def _status(cfg: InstancesConfig, vocab: VocabInfo, input_hash: str, deep: bool) -> Status:
+    out = Path(cfg.output_dir)
+    ident = stable_hash([input_hash, vocab.vocab_hash])
+
+    def answer(state: str, reason: str) -> Status:
+        return Status(state, reason, ident)
+
+    if not (out / MANIFEST_NAME).is_file():
+        key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
+        parts = [r for r in out.glob("part-*.done.json") if _record_key(r) == key] if out.is_dir() else []
+        return answer("partial", f"{len(parts)} shards done earlier") if parts else answer("absent", NO_OUTPUT)
+    try:
+        m = Manifest.read(out)
+    except UserError:
+        return answer("absent", "corrupt manifest")
+    if m.kind != "instances" or m.config_hash != cfg.config_hash():
+        return answer("absent", "config differs")
+    changed = [name for name, same in (("vocab", m.vocab_hash == vocab.vocab_hash),
+                                       ("documents", m.totals.get("input_hash") == input_hash)) if not same]
+    if changed:
+        return answer("absent", f"inputs changed: {' and '.join(changed)} dataset")
+    problems = m.verify_files(out, deep=deep)
+    if problems:
+        return answer("partial", f"{len(problems)} of {len(m.files)} files damaged or missing")
+    return answer("done", "complete")
+
+
+def _record_key(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text()).get("key")
+    except ValueError:
+        return None
+
+
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
     shard_files = _select_split(shard_files, cfg)
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
-    existing = _check_output(out, cfg, vocab) if out.is_dir() else None
+    state = _status(cfg, vocab, input_hash, deep=True)
+    existing = _check_output(out, cfg, vocab) if out.is_dir() else None  # or a one-line refusal
+    if not state.fresh:
+        print(state.line("instances") + f": {out}", file=sys.stderr)
+    if state.done:
+        return existing
     key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
     if existing is not None:
-        if existing.totals.get("input_hash") == input_hash and not existing.verify_files(out, deep=True):
-            return existing
         # About to change files: the old manifest must not vouch for a half-updated directory.
         (out / MANIFEST_NAME).unlink()
     out.mkdir(parents=True, exist_ok=True)
@@ -343,33 +385,15 @@ def _unwrap(ray, ref):
 # ---------------------------------------------------------------- CLI
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow data instances", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="YAML file with InstancesConfig keys (flags override it)")
-    types = {"whole_word_masking": None, "sentence_task": str}
-    for name, field in InstancesConfig.model_fields.items():
-        default = "" if field.is_required() else f" (default: {field.default})"
-        text = (field.description + default).replace("%", "%%")  # argparse formats help with %
-        flag = "--" + name.replace("_", "-")
-        if name == "whole_word_masking":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            kind = types.get(name) or (field.annotation if field.annotation in (int, float) else str)
-            choices = ["nsp", "sop", "none"] if name == "sentence_task" else None
-            p.add_argument(flag, type=kind, choices=choices, help=text)
-    return p
+    return config_parser(InstancesConfig, "bertflow data instances", __doc__.split("\n")[0])
 
 
-def config_from_args(argv: Sequence[str] | None) -> InstancesConfig:
-    args = vars(build_parser().parse_args(argv))
-    path = args.pop("config")
-    overrides = {k: v for k, v in args.items() if v is not None}
-    if path:
-        return load_config(InstancesConfig, path, overrides)
-    return build_config(InstancesConfig, overrides, "command line")
+def config_from_argv(argv: Sequence[str] | None) -> InstancesConfig:
+    return config_from_args(InstancesConfig, build_parser().parse_args(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    run(config_from_args(argv))
+    run(config_from_argv(argv))
     return 0
 
 

@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from contracts.common import UserError, build_config, load_config, run_main, stable_hash
+from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
+                              stable_hash)
 from data_jobs.config import ShardConfig
 from data_jobs.readers import Unit, expand_inputs
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
@@ -29,19 +30,66 @@ from data_jobs.shard_tasks import (
 WORK = ".work"
 
 
-def _inputs_hash(units: list[Unit]) -> str:
-    """Fingerprint of the input files (name, size, mtime): a rerun on changed inputs is not skipped."""
+def _input_records(units: list[Unit], known: list | None = None) -> list[list]:
+    """[source, size, mtime_ns, sha256] of every input file: its identity is (source, size, sha256),
+    independent of where the corpus lies; ``known`` records of the last run spare re-reading files whose
+    size and mtime did not change."""
+    cache = {(r[0], r[1], r[2]): r[3] for r in known or [] if len(r) == 4}
     rows = []
     for u in units:
         if u.fmt == "builtin" or u.path.startswith("builtin:"):
-            rows.append([u.source, sys.version])
+            rows.append([u.source, 0, 0, stable_hash([u.source, sys.version])])
         else:
             st = os.stat(u.path)
-            rows.append([u.source, st.st_size, st.st_mtime_ns])
-    return stable_hash(rows)
+            digest = cache.get((u.source, st.st_size, st.st_mtime_ns)) or sha256_file(u.path)
+            rows.append([u.source, st.st_size, st.st_mtime_ns, digest])
+    return rows
 
 
-def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str) -> Manifest | None:
+def _inputs_hash(records: list[list]) -> str:
+    return stable_hash([[r[0], r[1], r[3]] for r in records])
+
+
+def _inputs_changed(old: list | None, new: list[list]) -> int:
+    """How many input files were added, removed or changed since the records ``old``."""
+    before = {r[0]: (r[1], r[3]) for r in old or []}
+    after = {r[0]: (r[1], r[3]) for r in new}
+    return sum(before.get(k) != after.get(k) for k in before.keys() | after.keys())
+
+
+def status(config: ShardConfig, units: list[Unit] | None = None, deep: bool = False) -> Status:
+    """done | partial | absent for this config and these input files (see data_jobs.common.Status)."""
+    return _status(config, expand_inputs(config) if units is None else units, deep)[0]
+
+
+def _status(config: ShardConfig, units: list[Unit], deep: bool) -> tuple[Status, list[list]]:
+    """The status and the input records it compared (the run writes them into its manifest)."""
+    out = Path(config.output_dir)
+    old = None
+    if (out / MANIFEST_NAME).is_file():
+        try:
+            old = Manifest.read(out)
+        except UserError:
+            pass
+    records = _input_records(units, old.stats.get("inputs") if old is not None else None)
+    ident = _inputs_hash(records)
+    if old is None:
+        if (out / MANIFEST_NAME).is_file():
+            return Status("absent", "corrupt manifest", ident), records
+        return Status("partial" if (out / WORK).is_dir() else "absent",
+                      "an earlier run was interrupted" if (out / WORK).is_dir() else NO_OUTPUT, ident), records
+    if old.kind != "documents" or old.config_hash != config.config_hash():
+        return Status("absent", "config differs", ident), records
+    if old.stats.get("inputs_hash") != _inputs_hash(records):
+        n = max(1, _inputs_changed(old.stats.get("inputs"), records))
+        return Status("absent", f"inputs changed: {n} file{'s' if n > 1 else ''}", ident), records
+    problems = old.verify_files(out, deep=deep)
+    if problems:
+        return Status("partial", f"{len(problems)} of {len(old.files)} files damaged or missing", ident), records
+    return Status("done", "complete", ident), records
+
+
+def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, state: Status) -> Manifest | None:
     """Return the finished manifest if this exact job is already done; otherwise make out/ ready.
 
     Reuses shards of an earlier run of the same config that are still intact (their manifest entries
@@ -58,7 +106,7 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str) -> M
                 )
             _clear(out)
         elif old.stats.get("inputs_hash") == ihash:
-            if not old.verify_files(out):
+            if state.done:
                 return old
             # Keep what is intact: its manifest entries tell merge_shard it need not redo those shards.
             shutil.rmtree(work, ignore_errors=True)
@@ -143,10 +191,12 @@ def run(config: ShardConfig) -> Manifest:
     out = Path(config.output_dir).resolve()
     config = config.model_copy(update={"output_dir": str(out)})
     units = expand_inputs(config)
-    chash, ihash = config.config_hash(), _inputs_hash(units)
-    done = _prepare_output(out, config, chash, ihash)
+    state, records = _status(config, units, deep=True)
+    chash, ihash = config.config_hash(), _inputs_hash(records)
+    done = _prepare_output(out, config, chash, ihash, state)  # or a one-line refusal
+    if not state.fresh:
+        print(state.line("shard") + f": {out}", file=sys.stderr)
     if done is not None:
-        print(f"shard: {out} already complete for this config and inputs; nothing to do", file=sys.stderr)
         return done
     # Under `ray job submit` the driver finds its cluster in RAY_ADDRESS: join it, do not start another.
     ensure_ray(config.ray_address or os.environ.get("RAY_ADDRESS"), config.num_workers)
@@ -161,14 +211,14 @@ def run(config: ShardConfig) -> Manifest:
     shards = [done_record(s, config, work, key) for s in range(n)]
     if any(r is None for r in shards):
         raise UserError(f"{out}: a shard changed while the job ran; rerun it")
-    manifest = _manifest(config, chash, ihash, read, shards)
+    manifest = _manifest(config, chash, records, read, shards)
     manifest.write(out)
     shutil.rmtree(out / WORK, ignore_errors=True)
     _report(manifest, out)
     return manifest
 
 
-def _manifest(config: ShardConfig, chash: str, ihash: str, read: list[dict], shards: list[dict]) -> Manifest:
+def _manifest(config: ShardConfig, chash: str, records: list[list], read: list[dict], shards: list[dict]) -> Manifest:
     dropped: Counter = Counter()
     skipped: Counter = Counter()
     problems: Counter = Counter()
@@ -202,7 +252,8 @@ def _manifest(config: ShardConfig, chash: str, ihash: str, read: list[dict], sha
     }
     text = [s["bytes_of_text"] for s in shards]
     stats = {
-        "inputs_hash": ihash,
+        "inputs_hash": _inputs_hash(records),
+        "inputs": records,  # [source, size, mtime_ns, sha256] per input file: what `status` compares
         "shard_rows": {"min": min(rows), "max": max(rows), "mean": round(mean, 2)},
         "shard_bytes_of_text": {"min": min(text), "max": max(text)},
         "imbalance_rows": round(max(rows) / mean, 4) if mean else None,
@@ -227,39 +278,15 @@ def _report(m: Manifest, out: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="bertflow data shard", description="Raw text -> Parquet document shards (a Ray job).",
-        epilog="Flags override keys of --config. Formats: auto, bert, books, wikiextractor, mediawiki, jsonl, parquet.",
+    return config_parser(
+        ShardConfig, "bertflow data shard", "Raw text -> Parquet document shards (a Ray job).",
+        aliases={"--input": "inputs", "--format": "input_format", "--splitter": "sentence_splitter"},
+        keep_commas=["inputs"],
     )
-    ap.add_argument("--config", help="YAML file with ShardConfig keys")
-    ap.add_argument("--input", dest="inputs", action="append", nargs="+", metavar="PATH",
-                    help="file, directory, glob or builtin:python-docs (repeatable)")
-    ap.add_argument("--output-dir", help="directory for shard-*.parquet and manifest.json")
-    ap.add_argument("--format", dest="input_format", help="input format (default auto: by name and content)")
-    ap.add_argument("--text-column", help="JSONL/Parquet text column (default text)")
-    ap.add_argument("--id-column", help="JSONL/Parquet document id column (default: row index)")
-    ap.add_argument("--num-shards", type=int, help="number of output shards (default 8)")
-    ap.add_argument("--num-workers", type=int, help="parallel Ray reading tasks (default 2)")
-    ap.add_argument("--ray-address", help="existing Ray cluster ('auto', 'ray://host:10001'); default: local")
-    ap.add_argument("--min-sentences", type=int, help="drop documents with fewer sentences (default 1)")
-    ap.add_argument("--splitter", dest="sentence_splitter", help="syntok (default), blingfire or pysbd")
-    ap.add_argument("--on-bad-input", choices=["skip", "fail"], help="damaged input: skip+count (default) or stop")
-    ap.add_argument("--no-dedup", dest="dedup", action="store_const", const=False, help="keep exact duplicates")
-    ap.add_argument("--overwrite", action="store_const", const=True, help="replace another config's shards")
-    return ap
-
-
-def config_from_args(args: argparse.Namespace) -> ShardConfig:
-    overrides = {k: v for k, v in vars(args).items() if k != "config" and v is not None}
-    if "inputs" in overrides:
-        overrides["inputs"] = [p for group in overrides["inputs"] for p in group]
-    if args.config:
-        return load_config(ShardConfig, args.config, overrides)
-    return build_config(ShardConfig, overrides, "command line")
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    config = config_from_args(build_parser().parse_args(argv))
+    config = config_from_args(ShardConfig, build_parser().parse_args(argv))
     manifest = run(config)
     print(f"{config.output_dir}: {manifest.totals['documents_kept']} documents in {len(manifest.files)} shards")
     return 0

@@ -20,12 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import pyarrow.parquet as pq
-from tokenizers import BertWordPieceTokenizer
-from tokenizers.normalizers import BertNormalizer
-
-from contracts.common import UserError, atomic_path, build_config, load_config, run_main, stable_hash
-from contracts.schema import MANIFEST_NAME, Manifest, file_entry
+from data_jobs.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
 from data_jobs.config import VocabConfig
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
@@ -84,10 +79,33 @@ def train_vocab(cfg: VocabConfig, target: Path) -> None:
 
 
 def _source_hash(cfg: VocabConfig) -> str:
-    """What the vocab is made from: the adopted file's tokens, or the documents dataset's manifest."""
+    """What the vocab is made from, by content: the adopted file's tokens, or the documents dataset's
+    identity (wherever it lies)."""
     if cfg.vocab_file:
         return vocab_hash(cfg.vocab_file)
-    return stable_hash(Manifest.read(cfg.shards_dir, kind="documents").model_dump(mode="json"))
+    return Manifest.read(cfg.shards_dir, kind="documents").identity()
+
+
+def status(cfg: VocabConfig, deep: bool = False) -> Status:
+    """done | partial | absent for this config and this source (see data_jobs.common.Status)."""
+    return _status(cfg, _source_hash(cfg), deep)
+
+
+def _status(cfg: VocabConfig, source: str, deep: bool) -> Status:
+    out = Path(cfg.output_dir)
+    if not (out / MANIFEST_NAME).is_file():
+        return Status("absent", NO_OUTPUT, source)
+    try:
+        m = Manifest.read(out)
+    except UserError:
+        return Status("absent", "corrupt manifest", source)
+    if m.kind != "vocab" or m.config_hash != cfg.config_hash():
+        return Status("absent", "config differs", source)
+    if m.totals.get("source_hash") != source:
+        return Status("absent", "inputs changed: " + ("vocab_file" if cfg.vocab_file else "documents dataset"), source)
+    if m.verify_files(out, deep=deep):
+        return Status("absent", "vocab.txt damaged or missing", source)
+    return Status("done", "complete", source)
 
 
 def run(cfg: VocabConfig) -> Manifest:
@@ -95,14 +113,17 @@ def run(cfg: VocabConfig) -> Manifest:
     out = Path(cfg.output_dir)
     target = out / VOCAB_FILE
     source = _source_hash(cfg)  # validates an adopted vocab before anything is written
-    if (out / MANIFEST_NAME).is_file():
+    state = _status(cfg, source, deep=True)
+    if state.reason == "config differs":
         m = Manifest.read(out)
-        if m.kind != "vocab" or m.config_hash != cfg.config_hash():
-            raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
-                            f"!= {cfg.config_hash()}); use another output_dir or delete it")
-        if m.totals.get("source_hash") == source and not m.verify_files(out):
-            return m
-        (out / MANIFEST_NAME).unlink()  # the source changed: remake, never vouch for a stale vocab
+        raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
+                        f"!= {cfg.config_hash()}); use another output_dir or delete it")
+    if not state.fresh:
+        print(state.line("vocab") + f": {out}", file=sys.stderr)
+    if state.done:
+        return Manifest.read(out)
+    # Never vouch for a stale vocab while it is remade.
+    (out / MANIFEST_NAME).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.vocab_file:
         with atomic_path(target) as tmp:
@@ -126,26 +147,11 @@ def run(cfg: VocabConfig) -> Manifest:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertflow data vocab", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="YAML file with VocabConfig keys (flags override it)")
-    for name, field in VocabConfig.model_fields.items():
-        if name == "special_tokens":  # a list: set it in the YAML file
-            continue
-        default = "" if field.is_required() else f" (default: {field.default})"
-        text = (field.description + default).replace("%", "%%")
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            p.add_argument(flag, type=int if field.annotation is int else str, help=text)
-    return p
+    return config_parser(VocabConfig, "bertflow data vocab", __doc__.split("\n")[0], aliases={"--cased": ("lowercase", False)})
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = vars(build_parser().parse_args(argv))
-    path = args.pop("config")
-    overrides = {k: v for k, v in args.items() if v is not None}
-    cfg = load_config(VocabConfig, path, overrides) if path else build_config(VocabConfig, overrides, "command line")
+    cfg = config_from_args(VocabConfig, build_parser().parse_args(argv))
     m = run(cfg)
     print(f"vocab: {m.totals['vocab_size']:,} tokens, hash {m.vocab_hash} -> {Path(cfg.output_dir) / VOCAB_FILE}")
     return 0

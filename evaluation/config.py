@@ -19,6 +19,8 @@ GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "W
 class EvalBase(StrictModel):
     """What is evaluated, with which vocab, where the results go and how the jobs are spread."""
 
+    input_fields = frozenset({"model_path", "vocab_file"})  # by content identity (bert_core.identity)
+
     model_path: str = Field(..., description="Hugging Face BERT directory, bertflow checkpoint dir or training run dir")
     model_format: Literal["auto", "hf", "checkpoint"] = Field(
         "auto", description="auto: a dir with config.json that is no bertflow checkpoint or run dir is Hugging Face, "
@@ -69,6 +71,8 @@ class FinetuneOptions(StrictModel):
 class GlueConfig(EvalBase, FinetuneOptions):
     """GLUE: fine-tune on each task's train.tsv, score on dev, optionally predict test.tsv."""
 
+    input_fields = EvalBase.input_fields | {"glue_dir"}
+
     glue_dir: str = Field(..., description="directory holding one folder per task (SST-2/train.tsv, ...)")
     tasks: list[str] = Field(default_factory=lambda: ["SST-2"], min_length=1, description=f"any of {GLUE_TASKS}")
     write_test_predictions: bool = Field(True, description="write GLUE submission TSVs for tasks with test.tsv")
@@ -76,6 +80,8 @@ class GlueConfig(EvalBase, FinetuneOptions):
 
 class SquadConfig(EvalBase, FinetuneOptions):
     """SQuAD v1.1 span extraction. Without a train file, dev is split: train on one part, score the rest."""
+
+    input_fields = EvalBase.input_fields | {"dev_file", "train_file"}
 
     dev_file: str = Field(..., description="dev-v1.1.json (official format)")
     train_file: Optional[str] = Field(None, description="train-v1.1.json; None = split dev by article")
@@ -89,6 +95,8 @@ class SquadConfig(EvalBase, FinetuneOptions):
 
 class NerConfig(EvalBase, FinetuneOptions):
     """CoNLL-2003 NER (IOB2): fine-tuning and the feature-based BiLSTM variant of the BERT paper."""
+
+    input_fields = EvalBase.input_fields | {"conll_dir"}
 
     conll_dir: str = Field(..., description="directory with train.txt, valid.txt (and test.txt)")
     modes: list[Literal["finetune", "feature"]] = Field(
@@ -112,6 +120,8 @@ class NerConfig(EvalBase, FinetuneOptions):
 
 class IntrinsicConfig(EvalBase):
     """Held-out MLM/NSP accuracy and MLM perplexity for every checkpoint of a run, as a curve."""
+
+    input_fields = EvalBase.input_fields | {"instances_dir"}
 
     instances_dir: str = Field(..., description="held-out instance dataset (output of `bertflow data instances`)")
     batch_size: int = Field(32, ge=1, description="instances per batch")

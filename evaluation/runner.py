@@ -8,14 +8,18 @@ the gathered results never depend on which task finished first.
 """
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from contracts.common import UserError
-from data_jobs.ray_util import ensure_ray
-from evaluation.config import EvalBase
+from bert_core.identity import identity
+from data_jobs.common import NO_OUTPUT, Status, UserError, write_json_atomic
+from bert_core.evaluation.config import EvalBase
+
+RESULTS, STAGE_RECORD = "results.json", "stage.json"
 
 Job = Callable[..., dict]
 
@@ -66,3 +70,50 @@ def worker_threads(n: int) -> None:
 
     torch.set_num_threads(n)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# ---------------------------------------------------------------- stage status (CLI and flows)
+
+def input_identity(cfg: EvalBase) -> dict[str, Optional[str]]:
+    """Content identity of every input of the evaluation (model, vocab, task data), not their paths."""
+    return {name: identity(getattr(cfg, name)) for name in sorted(type(cfg).input_fields)}
+
+
+def status(kind: str, cfg: EvalBase) -> Status:
+    """done | absent for evaluation ``kind`` with this config and these inputs (an evaluation is not
+    resumable: anything short of done is redone)."""
+    out = Path(cfg.output_dir)
+    try:
+        record = json.loads((out / STAGE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Status("absent", NO_OUTPUT if not (out / RESULTS).is_file() else "no stage record")
+    if not (out / RESULTS).is_file():
+        return Status("absent", f"{RESULTS} missing")
+    if record.get("kind") != kind or record.get("config_hash") != cfg.config_hash():
+        return Status("absent", "config differs")
+    inputs = input_identity(cfg)
+    changed = [k for k, v in (record.get("inputs") or {}).items() if inputs.get(k) != v]
+    if changed:
+        return Status("absent", f"inputs changed: {', '.join(changed)}")
+    return Status("done", "complete")
+
+
+def read_results(cfg: EvalBase) -> dict:
+    return json.loads((Path(cfg.output_dir) / RESULTS).read_text(encoding="utf-8"))
+
+
+def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
+    """Run evaluation ``kind`` unless its status is done; records what it was made from."""
+    state = state or status(kind, cfg)
+    if state.done:
+        return read_results(cfg)
+    out = Path(cfg.output_dir)
+    (out / STAGE_RECORD).unlink(missing_ok=True)  # never vouch for results being rewritten
+    from bert_core import evaluation
+
+    results = getattr(evaluation, f"run_{kind}")(cfg)
+    if not (out / RESULTS).is_file():
+        write_json_atomic(out / RESULTS, results)
+    write_json_atomic(out / STAGE_RECORD, {"kind": kind, "config_hash": cfg.config_hash(),
+                                           "inputs": input_identity(cfg)})
+    return results

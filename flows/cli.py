@@ -1,17 +1,25 @@
-"""The ``bertflow`` command. Each subcommand is a ``main(argv) -> int`` living next to the code it runs;
-this module only dispatches, importing the target lazily so ``bertflow --help`` stays fast."""
+"""The ``bertflow`` command: the one dispatch table. Each command is a ``main(argv) -> int`` living next
+to the code it runs (its flags generated from its config model, see ``data_jobs.common.config_parser``);
+targets are imported lazily so ``bertflow --help`` stays fast."""
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Sequence
+from typing import Sequence, Union
 
-from contracts.common import run_main
+from data_jobs.common import UserError, run_main
 
-# subcommand -> (module:function, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "data": ("data_jobs.cli:main", "data jobs on Ray: shard | vocab | instances | inspect"),
-    "train": ("bert_core.train:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
+Target = tuple[str, str]  # (module:function, one-line help)
+
+# command -> target, or a group of subcommands -> targets
+COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
+    "data": ({
+        "shard": ("data_jobs.shard_job:main", "raw text -> Parquet document shards"),
+        "vocab": ("data_jobs.vocab_job:main", "train (or adopt) a WordPiece vocab over document shards"),
+        "instances": ("data_jobs.instances_job:main", "document shards -> static MLM/NSP instances"),
+        "inspect": ("data_jobs.inspect:main", "summarise a manifest; decode a few instances back to text"),
+    }, "data jobs on Ray: shard | vocab | instances | inspect"),
+    "train": ("bert_core.launch:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
     "export": ("bert_core.export:main_export", "export a checkpoint to a Hugging Face BERT directory"),
     "import": ("bert_core.export:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
     "eval": ("evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
@@ -21,25 +29,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def usage() -> str:
-    lines = ["usage: bertflow <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run 'bertflow <command> --help' for the options of each command."]
+def usage(table: dict = COMMANDS, prog: str = "bertflow") -> str:
+    lines = [f"usage: {prog} <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {entry[1]}" for name, entry in table.items()]
+    lines += ["", f"Run '{prog} <command> --help' for the options of each command."]
     return "\n".join(lines)
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0
-    name, rest = args[0], args[1:]
-    if name not in COMMANDS:
-        print(usage(), file=sys.stderr)
-        print(f"\nbertflow: error: unknown command {name!r}", file=sys.stderr)
-        return 2
-    module, func = COMMANDS[name][0].split(":")
-    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+    table, prog = COMMANDS, "bertflow"
+    while True:
+        if not args or args[0] in ("-h", "--help", "help"):
+            print(usage(table, prog))
+            return 0
+        name, args = args[0], args[1:]
+        if name not in table:
+            raise UserError(f"unknown command {' '.join([*prog.split()[1:], name])!r}; choose one of {', '.join(table)}")
+        target, _ = table[name]
+        if isinstance(target, dict):  # a group: dispatch on the next word
+            table, prog = target, f"{prog} {name}"
+            continue
+        module, func = target.split(":")
+        return int(getattr(importlib.import_module(module), func)(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,21 +1,23 @@
 """One typed config for a whole pipeline run, and the plan derived from it.
 
 ``PipelineConfig`` composes the stage configs without their wiring (input/output paths): the plan
-fills those in, naming every output directory after the hash of the config that produces it
-(``<output_root>/documents/<hash>``, ``vocab/<hash>``, ``instances/<phase>-<hash>``, ...). Hashes are
-computed on paths relative to ``output_root`` (so a moved output tree keeps its names) and chain: a
-change to the corpus changes the documents hash, hence the vocab's inputs, hence its hash, and so on.
-A rerun of the same config therefore lands on the same directories and skips what is finished.
+fills those in, naming every output directory after the config that produces it and where its inputs
+lie (``<output_root>/documents/<hash>``, ``vocab/<hash>``, ``instances/<phase>-<hash>``, ...). Names
+use paths relative to ``output_root`` (so a moved output tree keeps its names) and chain: another
+corpus path gives another documents directory, hence other vocab inputs, and so on. A rerun of the
+same config lands on the same directories; each stage's own ``status`` then decides, from its config
+hash and its inputs' content, whether it is done (a corpus edited in place is redone, and with it
+everything downstream).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bert_core.train_config import TrainConfig
-from contracts.common import StrictModel, UserError, load_yaml, build_config
+from data_jobs.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.specs import complete, spec_of
@@ -90,6 +92,14 @@ class PipelineConfig(StrictModel):
         names = [p.name for p in self.phases]
         if len(set(names)) != len(names):
             raise ValueError(f"phase names must be unique, got {names}")
+        # A spec carries its stage's fields, not its validators: check each phase's training config
+        # now (launcher/engine/worker combinations...), not after the data stages ran.
+        for phase in self.phases:
+            data = {**phase.train.model_dump(mode="python"), "data_dir": ".", "output_dir": "."}
+            try:
+                TrainConfig.model_validate(data)
+            except ValidationError as err:
+                raise ValueError(f"phases[{phase.name}].train: " + "; ".join(e["msg"] for e in err.errors())) from None
         return self
 
     @classmethod
@@ -118,7 +128,10 @@ def _named(root: Path, kind: str, model: type, spec: BaseModel, prefix: str = ""
     whose paths are relative to ``root``, so the name does not depend on where the root lives."""
     rel_wiring = {k: (str(Path(v).relative_to(root)) if isinstance(v, Path) else v) for k, v in wiring.items()}
     probe = complete(model, spec, f"{kind} config", output_dir="", **rel_wiring)
-    digest = probe.resume_hash() if isinstance(probe, TrainConfig) else probe.config_hash()
+    # A directory name, not a status: the config hash (no input paths, by the one rule) plus where the
+    # inputs are within the tree, so two corpora or two upstream configs never share a directory.
+    # Whether a stage is done is each stage's own status (inputs by content).
+    digest = stable_hash([probe.config_hash(), {k: getattr(probe, k) for k in sorted(model.input_fields)}])
     out = root / kind / f"{prefix}{digest}"
     abs_wiring = {k: (str(v) if isinstance(v, Path) else v) for k, v in wiring.items()}
     return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)

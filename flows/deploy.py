@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from contracts.common import UserError
+from data_jobs.common import ArgParser, UserError
 
 DEFAULT_POOL = "bertflow-process"
 # Shipped paused: a nightly retrain is an example to switch on, not something to start by surprise.
@@ -46,7 +46,7 @@ DEPLOYMENTS = (
 
 
 def _parser(prog: str, what: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=what)
+    p = ArgParser(prog=prog, description=what)
     p.add_argument("--config", help="PipelineConfig YAML used as the deployments' default parameters (default: demo preset)")
     p.add_argument("--output-root", help="override output_root in the default parameters")
     p.add_argument("--only", action="append", metavar="FLOW/NAME",

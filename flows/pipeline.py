@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
-from contracts.common import UserError, stable_hash, write_json_atomic
+from data_jobs.common import ArgParser, UserError, stable_hash, write_json_atomic
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
 from flows.tasks import data_job, evaluate_task, export_model, train_phase
@@ -136,7 +136,7 @@ FLOWS = {"all": pretraining_pipeline, "data": prepare_data, "train": pretrain, "
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="bertflow pipeline",
         description="Run the pretraining pipeline (or one stage) as a Prefect flow. Without PREFECT_API_URL "
         "Prefect starts a temporary local API; with it, runs show up in that server's UI.",

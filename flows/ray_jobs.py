@@ -43,6 +43,17 @@ def submission_id(job: str, config_hash: str, attempt: int = 0) -> str:
     return base if attempt == 0 else f"{base}-r{attempt}"
 
 
+def job_key(job: str, config) -> str:
+    """What names one run of a data job: its config hash and its inputs' content identity (from the
+    job's own status), so a job over edited inputs is a new job, never the finished one re-attached."""
+    import importlib
+
+    from data_jobs.common import stable_hash
+
+    state = importlib.import_module(f"data_jobs.{job}_job").status(config)
+    return stable_hash([config.config_hash(), state.inputs])
+
+
 def _client(address: str):
     from ray.job_submission import JobSubmissionClient
 
@@ -90,7 +101,7 @@ def submit_or_attach(
     """
     log = log or logging.getLogger(__name__).info
     client = _client(address)
-    chash = config.config_hash()
+    chash = job_key(job, config)
     for attempt in range(MAX_RESUBMITS + 1):
         sid = submission_id(job, chash, attempt)
         status = _job_status(client, sid)

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.deepspeed]
 
 
 def test_ray_train_two_workers_zero2(ray_local, tmp_path):
-    from bert_core.ray_train import launch
+    from bert_core.launch import launch
     from bert_core.train_log import read_metrics
 
     data = write_dataset(tmp_path / "data", n=96, vocab_size=100, max_seq=32)

@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from bert_core.checkpoint import load_model_from_checkpoint
-from bert_core.train import main, run
+from bert_core.launch import main
+from bert_core.train import run
 from bert_core.train_config import TrainConfig
 from bert_core.train_log import read_metrics
 from contracts.common import build_config

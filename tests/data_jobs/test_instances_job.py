@@ -10,12 +10,12 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from contracts.common import UserError
-from contracts.schema import Manifest, instances_schema
-from data_jobs import vocab_job
+from data_jobs.common import Status, UserError
 from data_jobs.config import InstancesConfig, VocabConfig
 from data_jobs.instances import decode_examples
-from data_jobs.instances_job import main, run
+from data_jobs.instances_job import main, run, status
+from data_jobs.schema import Manifest, instances_schema
+from data_jobs import vocab_job
 from instances_helpers import bert_sample_documents, book_documents, write_documents, write_tiny_vocab
 
 pytestmark = [pytest.mark.ray, pytest.mark.shared_data]
@@ -98,15 +98,17 @@ def test_bad_inputs(ray_local, inputs, tmp_path, capsys):
     run(_cfg(inputs, "taken", sentence_task="none", dupe_factor=1))
     with pytest.raises(UserError, match="another config"):
         run(_cfg(inputs, "taken", sentence_task="none", dupe_factor=2))
-    # same config, but the vocab directory now holds another vocab
+    # same config, but the vocab directory now holds another vocab: an input changed, so the rerun
+    # redoes the instances with it (the status says why) instead of keeping the stale ones
     vdir = tmp_path / "vocab"
     vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(inputs / "vocab" / "vocab.txt")))
     cfg = _cfg(inputs, "v", vocab_dir=str(vdir), sentence_task="none", dupe_factor=1)
-    run(cfg)
+    old = run(cfg)
     (vdir / "manifest.json").unlink()
-    vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(write_tiny_vocab(tmp_path / "t.txt", ["x"]))))
-    with pytest.raises(UserError, match="another vocab"):
-        run(cfg)
+    new_vocab = vocab_job.run(VocabConfig(output_dir=str(vdir), vocab_file=str(write_tiny_vocab(tmp_path / "t.txt", ["x"]))))
+    assert status(cfg) == Status("absent", "inputs changed: vocab dataset", status(cfg).inputs)
+    redone = run(cfg)
+    assert redone.vocab_hash == new_vocab.vocab_hash != old.vocab_hash and status(cfg).done
     # a shard file damaged in place (same size): the worker's one-line error reaches the caller
     bad_shards = tmp_path / "bad_shards"
     shutil.copytree(inputs / "shards", bad_shards)

@@ -1,6 +1,7 @@
 """The whole pipeline flow on a small real corpus under Prefect's test harness: outputs, artifacts,
-a stage failing once and succeeding on its retry, a rerun skipping every stage, and a training run
-killed with SIGKILL and resumed from its last checkpoint."""
+a stage failing once and succeeding on its retry, a rerun skipping every stage, a training run
+killed with SIGKILL and resumed from its last checkpoint, and (last) a corpus file edited in place
+making the rerun redo every stage, each saying why."""
 from __future__ import annotations
 
 import json
@@ -55,7 +56,10 @@ def first_run(harness, tmp_path_factory, corpus_file):
     from flows.tasks import FAULT_ENV
 
     root = tmp_path_factory.mktemp("pipeline")
-    cfg = tiny_config(root, corpus_file, two_phases=True)
+    corpus = root / "corpus" / corpus_file.name  # a copy: the last test edits it
+    corpus.parent.mkdir()
+    corpus.write_bytes(corpus_file.read_bytes())
+    cfg = tiny_config(root, corpus, two_phases=True)
     os.environ[FAULT_ENV] = "vocab"  # the vocab stage fails once with a transient error
     try:
         t0 = time.monotonic()
@@ -145,7 +149,7 @@ def test_rerun_skips_every_stage(first_run):
     assert [p.stat().st_mtime_ns for p in watched] == before
     logs = "\n".join(m for i in _all_run_ids(state.state_details.flow_run_id) for m in _flow_logs(i))
     for stage in STAGES:
-        assert f"stage {stage} already complete (manifest matches), skipping" in logs, stage
+        assert f"stage {stage}: skipped (complete)" in logs, stage
 
 
 def test_killed_training_resumes(first_run, harness, tmp_path):
@@ -174,7 +178,9 @@ def test_killed_training_resumes(first_run, harness, tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     killed_at = max(int(p.parent.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_*/COMPLETE"))
-    assert killed_at < 60 and not (run_dir / "pipeline_complete.json").exists()
+    from bert_core.train import status
+
+    assert killed_at < 60 and status(make_plan(cfg).train["phase1"]).state == "partial"
     result = pretrain(cfg)
     rec = result["phases"]["phase1"]
     assert rec["resumed"] is True
@@ -198,3 +204,35 @@ def test_evaluate_any_checkpoint(first_run):
     outs = list(own.parent.parent.glob(own.parent.name + "-model-*/results.json"))
     assert len(outs) == 1 and outs[0].read_bytes() != before
     assert own.read_bytes() == before
+
+
+def test_edited_corpus_redoes_every_stage(first_run):
+    """Runs last: edits the (copied) corpus in place; the rerun redoes shard and everything downstream,
+    each stage logging why, instead of silently reusing stale shards."""
+    from data_jobs.schema import Manifest
+    from flows.config import make_plan
+    from flows.pipeline import pretraining_pipeline
+
+    plan = make_plan(first_run["cfg"])
+    docs_before = Manifest.read(plan.shard.output_dir).identity()
+    ckpt_before = (Path(plan.train["phase2"].output_dir) / "checkpoints" / "step_00000003" / "COMPLETE").read_bytes()
+    corpus = Path(first_run["cfg"].shard.inputs[0])
+    text = corpus.read_text(encoding="utf-8")
+    corpus.write_text(text.replace(" the ", " our ", 5), encoding="utf-8")  # same size, other content
+    state = pretraining_pipeline(first_run["cfg"], return_state=True)
+    assert state.is_completed()
+    logs = "\n".join(m for i in _all_run_ids(state.state_details.flow_run_id) for m in _flow_logs(i))
+    # What each stage names as changed (the vocab may or may not come out different, so the instances
+    # and the evaluation may name more inputs than these).
+    expected = {
+        "shard": ["1 file"], "vocab": ["documents dataset"], "instances": ["documents"],
+        "train:phase1": ["data_dir"], "train:phase2": ["data_dir", "init_from"], "export": ["checkpoint"],
+        "eval:intrinsic": ["model_path"],
+    }
+    lines = [l for l in logs.splitlines() if l.startswith("stage ")]
+    for stage, names in expected.items():
+        said = [l for l in lines if l.startswith(f"stage {stage}: running (inputs changed: ")]
+        assert said and all(n in said[0] for n in names), (stage, lines)
+    assert Manifest.read(plan.shard.output_dir).identity() != docs_before
+    ckpt = Path(plan.train["phase2"].output_dir) / "checkpoints" / "step_00000003" / "COMPLETE"
+    assert ckpt.read_bytes() != ckpt_before

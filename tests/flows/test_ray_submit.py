@@ -29,7 +29,7 @@ import json, sys, threading, time
 from pathlib import Path
 from prefect import flow
 from data_jobs.config import ShardConfig
-from flows.ray_jobs import submit_or_attach, _client
+from flows.ray_jobs import submit_or_attach, _client, job_key
 from flows.tasks import data_job
 
 address, corpus, out, cfg_file = sys.argv[1:5]
@@ -55,7 +55,7 @@ jobs = [j.submission_id for j in client.list_jobs()]
 state = first["state"]
 print("RESULT " + json.dumps({"flow_ok": state.is_completed(), "flow_run_id": str(state.state_details.flow_run_id),
                               "second": second.__dict__, "third": third.__dict__, "jobs": jobs,
-                              "hash": cfg.config_hash()}))
+                              "hash": job_key("shard", cfg)}))
 """
 
 

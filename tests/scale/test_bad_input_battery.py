@@ -168,6 +168,11 @@ def build_cases(t: Path, ray_address: str) -> dict[str, Case]:
                                       "shard": {"inputs": [str(t / "ok.txt")], "num_shard": 2}}))], "num_shard", out / "p1"),
         "pipeline-config-wrong-type": Case([*CLI, "pipeline", "--config", str(_yaml(t / "pipe_types.yaml", {"output_root": str(out / "p2"),
                                             "shard": {"inputs": [str(t / "ok.txt")], "num_shards": "two"}}))], "num_shards", out / "p2"),
+        # --- argparse itself (CLIs generated from the config models): one line, exit 2, no usage block
+        "cli-flag-not-a-number": Case([*shard, "--input", str(t / "ok.txt"), "--num-shards", "two"], "--num-shards"),
+        "cli-unknown-flag": Case([*CLI, "train", "--data-dir", str(instances), "--max-stepz", "3"], "--max-stepz"),
+        "cli-bad-choice": Case([*CLI, "eval", "intrinsic", "--model-format", "onnx"], "--model-format"),
+        "cli-unknown-data-job": Case([*CLI, "data", "shardz"], "shardz"),
     }
     return c
 
@@ -219,6 +224,7 @@ CASE_IDS = [
     "train-zero-max-steps", "train-negative-micro-batch", "train-config-typo", "train-config-wrong-type",
     "train-hostfile-unknown-host", "train-resume-nothing", "train-disk-full", "export-missing-checkpoint",
     "eval-missing-model", "pipeline-config-typo", "pipeline-config-wrong-type",
+    "cli-flag-not-a-number", "cli-unknown-flag", "cli-bad-choice", "cli-unknown-data-job",
 ]
 
 
@@ -242,6 +248,8 @@ def test_bad_input(name, battery):
         assert len(lines) == 1, f"{len(lines)} error lines:\n{err[-2000:]}"
         assert case.expect in lines[0], f"{case.expect!r} not named in: {lines[0]}"
         assert not res["finished"], f"looks finished: {res['finished']}"
+        if name.startswith("cli-"):  # argparse errors: that one line is all there is (no usage block)
+            assert res["rc"] == 2 and err.strip() == lines[0], err[-2000:]
     except AssertionError:
         TALLY["failed"] += 1
         raise

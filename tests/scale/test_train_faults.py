@@ -60,7 +60,7 @@ else:                      # everything written except the COMPLETE marker
             pause()
         return real_write(path, obj)
     ck.write_json_atomic = write
-from bert_core.train import main
+from bert_core.launch import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -1,0 +1,52 @@
+"""Content identity of a model input (a checkpoint, a run directory, a Hugging Face directory, a
+dataset): what a stage's ``status`` compares to decide whether its inputs changed.
+
+Identity is by content, never by path, so the same weights addressed relatively, absolutely or copied
+elsewhere are recognised, and weights rewritten in place are not. Imports neither torch nor DeepSpeed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from data_jobs.common import sha256_file, stable_hash
+from data_jobs.schema import MANIFEST_NAME, Manifest
+
+MARKER = "COMPLETE"  # bert_core.checkpoint.MARKER: written last, with every file's size and SHA-256
+
+
+def _checkpoint(path: Path) -> str:
+    """A finished checkpoint: the inventory in its marker (size and checksum of every file)."""
+    try:
+        files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError):
+        files = None
+    return stable_hash(["checkpoint", path.name, files or _files(path)])
+
+
+def _files(directory: Path) -> list:
+    return [[str(f.relative_to(directory)), f.stat().st_size, sha256_file(f)]
+            for f in sorted(directory.rglob("*")) if f.is_file()]
+
+
+def identity(path: Optional[str | Path]) -> Optional[str]:
+    """Content identity of ``path`` (None for no path, "missing" for a path that does not exist)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.exists():
+        return "missing"
+    if (p / MANIFEST_NAME).is_file():
+        try:
+            return Manifest.read(p).identity()
+        except Exception:  # noqa: BLE001 - a corrupt manifest is simply another content
+            pass
+    if (p / MARKER).is_file():
+        return _checkpoint(p)
+    if (p / "checkpoints").is_dir():  # a run directory: each finished checkpoint
+        ckpts = sorted(c for c in (p / "checkpoints").glob("step_*") if (c / MARKER).is_file())
+        return stable_hash(["run", [_checkpoint(c) for c in ckpts]])
+    if p.is_file():
+        return stable_hash(["file", p.stat().st_size, sha256_file(p)])
+    return stable_hash(["dir", _files(p)])

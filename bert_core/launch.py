@@ -1,0 +1,120 @@
+"""The one launcher: ``launch(config, resume) -> TrainResult`` starts the processes ``config.launcher``
+asks for, in the CLI (``bertflow train``, ``python -m bert_core.train``) and in the flows alike.
+
+    local      ``train.run`` in this process
+    torchrun   ``torchrun --nproc_per_node num_workers -m bert_core.train`` (each rank trains)
+    deepspeed  the ``deepspeed`` launcher (``--hostfile`` for several nodes, else num_workers processes)
+    ray        Ray Train workers (``bert_core.ray_train``) on ``ray_address`` or a local cluster
+
+A process that torchrun or deepspeed already started (RANK/LOCAL_RANK in its environment) is a rank:
+it trains, whatever the launcher says. Impossible combinations are refused when the config is loaded
+(``TrainConfig``'s validator), so nothing starts for a launch that cannot work.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import yaml
+
+from bert_core import train
+from bert_core.train import TrainResult
+from bert_core.train_config import TrainConfig
+from data_jobs.common import UserError, config_from_args, config_parser, run_main
+
+Log = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def is_rank() -> bool:
+    """True inside a process that torchrun, deepspeed (or Ray Train) started as one rank of a launch."""
+    return "LOCAL_RANK" in os.environ or "RANK" in os.environ
+
+
+def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
+           cpus_per_worker: Optional[float] = None) -> TrainResult:
+    """Train (or resume) one run as ``config.launcher`` says; returns the result read from the run dir
+    (``cpus_per_worker``: the CPUs each Ray Train worker reserves, default 1)."""
+    if config.launcher == "local" or is_rank():
+        return train.run(config, resume=resume)
+    if config.launcher == "ray":
+        from bert_core import ray_train
+
+        return TrainResult.from_run_dir(ray_train.fit(config, resume=resume, cpus_per_worker=cpus_per_worker))
+    return TrainResult.from_run_dir(_spawn(config, resume, log))
+
+
+def command(config: TrainConfig, cfg_file: Path, resume: bool) -> list[str]:
+    """The torchrun / deepspeed command line starting the ranks of ``config``."""
+    script = ["-m", "bert_core.train", "--config", str(cfg_file)] + (["--resume"] if resume else [])
+    bindir = Path(sys.executable).parent
+    if config.launcher == "torchrun":
+        return [str(bindir / "torchrun"), f"--nproc_per_node={config.num_workers}", *script]
+    # On CPU the deepspeed launcher starts one process unless told the number of accelerators.
+    ds = shutil.which("deepspeed", path=str(bindir)) or "deepspeed"
+    where = ["--hostfile", config.hostfile] if config.hostfile else [f"--num_accelerators={config.num_workers}"]
+    return [ds, *where, "--module", *script[1:]]
+
+
+def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path:
+    """Start torchrun/deepspeed; stream its output to ``log``; a rank's one-line error stays one line."""
+    if config.launcher == "deepspeed" and config.hostfile:
+        from bert_core.hostfile import read_hostfile
+
+        read_hostfile(config.hostfile)  # an unknown host: one clear error now, not an ssh timeout later
+    run_dir = Path(config.output_dir).resolve()
+    cfg_file = run_dir.parent / f".{run_dir.name}.launch.yaml"
+    cfg_file.parent.mkdir(parents=True, exist_ok=True)
+    data = config.model_copy(update={"output_dir": str(run_dir)}).model_dump(mode="json")
+    cfg_file.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cmd = command(config, cfg_file, resume)
+    log("launching: " + " ".join(cmd))
+    tail: deque[str] = deque(maxlen=200)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            log(tail[-1])
+    if proc.returncode != 0:
+        # torchrun turns a rank's exit 2 into its own exit 1 plus a page of ChildFailedError.
+        errors = [line.split("bertflow: error: ", 1)[1] for line in tail if "bertflow: error: " in line]
+        if errors:
+            raise UserError(errors[-1])
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}")
+    return run_dir
+
+
+# ---------------------------------------------------------------- CLI
+
+def build_parser() -> argparse.ArgumentParser:
+    p = config_parser(TrainConfig, "bertflow train", "Pretrain BERT on a static-instances dataset.")
+    p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
+    return p
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(TrainConfig, args, ignore=("resume", "local_rank"))
+    result = launch(config, resume=args.resume)
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(f"run dir: {result.run_dir}  last checkpoint: {result.last_checkpoint}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

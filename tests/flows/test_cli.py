@@ -1,0 +1,58 @@
+"""The ``bertflow`` dispatch table: every command's --help works; the generated CLIs list every field of
+their config model with its doc; argparse errors are one ``bertflow: error:`` line and exit 2."""
+from __future__ import annotations
+
+import pytest
+
+from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from bert_core.train_config import TrainConfig
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from flows.cli import COMMANDS, main
+
+GENERATED = {
+    ("data", "shard"): ShardConfig, ("data", "vocab"): VocabConfig, ("data", "instances"): InstancesConfig,
+    ("train",): TrainConfig, ("eval", "glue"): GlueConfig, ("eval", "squad"): SquadConfig,
+    ("eval", "ner"): NerConfig, ("eval", "intrinsic"): IntrinsicConfig,
+}
+SET_IN_YAML = {"model_overrides"}  # mappings
+
+
+def _help(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--help"])
+    assert stop.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def _commands():
+    for name, (target, _) in COMMANDS.items():
+        if isinstance(target, dict):
+            yield from ((name, sub) for sub in target)
+        else:
+            yield (name,)
+
+
+@pytest.mark.parametrize("argv", list(_commands()), ids=" ".join)
+def test_every_command_has_help(argv, capsys):
+    text = _help(capsys, argv)
+    assert text.startswith("usage: bertflow " + " ".join(argv) or "usage: ")
+    model = GENERATED.get(argv)
+    for name, field in (model.model_fields.items() if model else []):
+        if name in SET_IN_YAML:
+            continue
+        assert "--" + name.replace("_", "-") in text, name
+        assert " ".join(field.description.split())[:40] in text, name
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["data", "shard", "--num-shards", "two"], "--num-shards: expected int values, got 'two'"),
+    (["train", "--launcher", "slurm"], "--launcher: invalid choice: 'slurm'"),
+    (["eval", "glue", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["data", "nope"], "unknown command 'data nope'"),
+])
+def test_argparse_errors_are_one_line(argv, problem, capsys):
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err.strip() == f"bertflow: error: {problem}" or (
+        out.err.count("\n") == 1 and out.err.startswith("bertflow: error: ") and problem in out.err), out.err
+    assert out.out == ""
