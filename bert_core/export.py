@@ -9,7 +9,6 @@ Import writes a weights-only checkpoint (step 0) into a new run directory, usabl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
-from data_jobs.common import ArgParser, NO_OUTPUT, Status, UserError, run_main, write_json_atomic
+from contracts.common import ArgParser, NO_OUTPUT, Status, UserError, run_main, write_json_atomic
 
 EXPORT_RECORD = "exported_from.json"  # the checkpoint's content identity: what `status` compares
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from data_jobs.common import sha256_file, stable_hash
-from data_jobs.schema import MANIFEST_NAME, Manifest
+from contracts.common import sha256_file, stable_hash
+from contracts.schema import MANIFEST_NAME, Manifest
 
 MARKER = "COMPLETE"  # bert_core.checkpoint.MARKER: written last, with every file's size and SHA-256
 

@@ -26,7 +26,7 @@ import yaml
 from bert_core import train
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
-from data_jobs.common import UserError, config_from_args, config_parser, run_main
+from contracts.common import UserError, config_from_args, config_parser, run_main
 
 Log = Callable[[str], None]
 

@@ -12,7 +12,6 @@ run directory, resume config) happens before anything is written, on every rank 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from bert_core.model import BertForPreTraining
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops, read_metrics
-from data_jobs.common import NO_OUTPUT, Status, UserError, build_config, write_json_atomic
+from contracts.common import NO_OUTPUT, Status, UserError, build_config, write_json_atomic
 
 RUN_CONFIG = "train_config.json"
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}

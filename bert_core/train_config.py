@@ -1,7 +1,7 @@
 """Training configuration (pydantic, strict) and the ONE place batch sizes are derived and checked.
 
 A run is fully described by one ``TrainConfig``; ``--resume`` refuses a config whose hash (the one
-rule of ``data_jobs.common.StrictModel.config_hash``: no launch/reporting fields, inputs by content)
+rule of ``contracts.common.StrictModel.config_hash``: no launch/reporting fields, inputs by content)
 or whose inputs differ from those stored in the run directory. Importing this module pulls in neither torch nor
 DeepSpeed.
 """
@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import ConfigDict, Field, model_validator
 
 from bert_core.config import PRESETS, ModelConfig, preset
-from data_jobs.common import StrictModel, UserError
+from contracts.common import StrictModel, UserError
 
 
 class TrainConfig(StrictModel):

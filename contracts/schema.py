@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from data_jobs.common import UserError, sha256_file, stable_hash, write_json_atomic
+from contracts.common import UserError, sha256_file, stable_hash, write_json_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"

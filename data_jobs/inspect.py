@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_jobs.common import ArgParser, UserError, run_main
-from data_jobs.schema import Manifest
+import pyarrow.parquet as pq
+
+from contracts.common import ArgParser, UserError, run_main
+from contracts.schema import Manifest
 
 
 def _fmt(value: Any, width: int = 100) -> str:

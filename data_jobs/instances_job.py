@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
+from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
                               write_json_atomic)
 from data_jobs.config import InstancesConfig
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
@@ -210,7 +210,7 @@ def _reusable(out: Path, shard: int, key: dict) -> dict | None:
 
 
 def status(cfg: InstancesConfig, deep: bool = False) -> Status:
-    """done | partial | absent for this config and these two input datasets (data_jobs.common.Status)."""
+    """done | partial | absent for this config and these two input datasets (contracts.common.Status)."""
     _, _, input_hash = _load_shards(cfg.shards_dir)
     return _status(cfg, load_vocab_dir(cfg.vocab_dir), input_hash, deep)
 

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from data_jobs.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
+from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
                               stable_hash)
 from data_jobs.config import ShardConfig
 from data_jobs.readers import Unit, expand_inputs
@@ -58,7 +58,7 @@ def _inputs_changed(old: list | None, new: list[list]) -> int:
 
 
 def status(config: ShardConfig, units: list[Unit] | None = None, deep: bool = False) -> Status:
-    """done | partial | absent for this config and these input files (see data_jobs.common.Status)."""
+    """done | partial | absent for this config and these input files (see contracts.common.Status)."""
     return _status(config, expand_inputs(config) if units is None else units, deep)[0]
 
 

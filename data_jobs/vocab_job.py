@@ -20,7 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from data_jobs.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
+import pyarrow.parquet as pq
+from tokenizers import BertWordPieceTokenizer
+from tokenizers.normalizers import BertNormalizer
+
+from contracts.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
+from contracts.schema import MANIFEST_NAME, Manifest, file_entry
 from data_jobs.config import VocabConfig
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
@@ -87,7 +92,7 @@ def _source_hash(cfg: VocabConfig) -> str:
 
 
 def status(cfg: VocabConfig, deep: bool = False) -> Status:
-    """done | partial | absent for this config and this source (see data_jobs.common.Status)."""
+    """done | partial | absent for this config and this source (see contracts.common.Status)."""
     return _status(cfg, _source_hash(cfg), deep)
 
 

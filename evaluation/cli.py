@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Sequence
 
-from data_jobs.common import ArgParser, add_config_flags, run_main
-from data_jobs.common import config_from_args as _config_from_args
-from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from contracts.common import ArgParser, add_config_flags, run_main
+from contracts.common import config_from_args as _config_from_args
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 
 
 # Short names kept from the hand-written CLI (docs and scripts use them).
@@ -39,13 +39,13 @@ def config_from_args(args: argparse.Namespace):
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
-    from bert_core.evaluation.runner import evaluate, status
+    from evaluation.runner import evaluate, status
 
     state = status(args.kind, cfg)
     results = evaluate(args.kind, cfg, state)
     if not state.fresh:  # said after the run, so that a failing rerun still ends in exactly one line
         print(state.line(f"eval:{args.kind}") + f": {cfg.output_dir}", file=sys.stderr)
-    from bert_core.evaluation.report import markdown_report
+    from evaluation.report import markdown_report
 
     print(markdown_report(results))
     print(f"results: {cfg.output_dir}/results.json", file=sys.stderr)

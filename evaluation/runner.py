@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional, Sequence
 from tqdm.auto import tqdm
 
 from bert_core.identity import identity
-from data_jobs.common import NO_OUTPUT, Status, UserError, write_json_atomic
-from bert_core.evaluation.config import EvalBase
+from contracts.common import NO_OUTPUT, Status, UserError, write_json_atomic
+from data_jobs.ray_util import ensure_ray
+from evaluation.config import EvalBase
 
 RESULTS, STAGE_RECORD = "results.json", "stage.json"
 

@@ -1,5 +1,5 @@
 """The ``bertflow`` command: the one dispatch table. Each command is a ``main(argv) -> int`` living next
-to the code it runs (its flags generated from its config model, see ``data_jobs.common.config_parser``);
+to the code it runs (its flags generated from its config model, see ``contracts.common.config_parser``);
 targets are imported lazily so ``bertflow --help`` stays fast."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import sys
 from typing import Sequence, Union
 
-from data_jobs.common import UserError, run_main
+from contracts.common import UserError, run_main
 
 Target = tuple[str, str]  # (module:function, one-line help)
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bert_core.train_config import TrainConfig
-from data_jobs.common import StrictModel, UserError, build_config, load_yaml, stable_hash
+from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.specs import complete, spec_of

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from data_jobs.common import ArgParser, UserError
+from contracts.common import ArgParser, UserError
 
 DEFAULT_POOL = "bertflow-process"
 # Shipped paused: a nightly retrain is an example to switch on, not something to start by surprise.

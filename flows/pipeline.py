@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
-from data_jobs.common import ArgParser, UserError, stable_hash, write_json_atomic
+from contracts.common import ArgParser, UserError, stable_hash, write_json_atomic
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
 from flows.tasks import data_job, evaluate_task, export_model, train_phase

@@ -48,7 +48,7 @@ def job_key(job: str, config) -> str:
     job's own status), so a job over edited inputs is a new job, never the finished one re-attached."""
     import importlib
 
-    from data_jobs.common import stable_hash
+    from contracts.common import stable_hash
 
     state = importlib.import_module(f"data_jobs.{job}_job").status(config)
     return stable_hash([config.config_hash(), state.inputs])

@@ -15,8 +15,8 @@ from typing import Any, Optional
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from data_jobs.common import UserError
-from data_jobs.schema import Manifest
+from contracts.common import UserError
+from contracts.schema import Manifest
 
 # Set to a stage name to make that stage's task fail once with a transient error (the next attempt,
 # i.e. Prefect's retry, succeeds). Used by the tests to exercise retries with real stages; harmless
@@ -122,7 +122,7 @@ def export_model(run_dir: str, out_dir: str) -> str:
 @task(name="evaluate-task", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
 def evaluate_task(kind: str, config: Any) -> dict:
     """Run one evaluation (intrinsic | glue | squad | ner); skipped when its status is done."""
-    from bert_core.evaluation import runner
+    from evaluation import runner
 
     log = get_run_logger()
     stage = f"eval:{kind}"

@@ -8,7 +8,7 @@ import pytest
 
 from bert_core import launch
 from bert_core.train_config import TrainConfig
-from data_jobs.common import UserError, build_config
+from contracts.common import UserError, build_config
 
 BASE = {"data_dir": "d", "output_dir": "o"}
 

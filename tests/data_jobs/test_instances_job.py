@@ -10,11 +10,11 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from data_jobs.common import Status, UserError
+from contracts.common import Status, UserError
 from data_jobs.config import InstancesConfig, VocabConfig
 from data_jobs.instances import decode_examples
 from data_jobs.instances_job import main, run, status
-from data_jobs.schema import Manifest, instances_schema
+from contracts.schema import Manifest, instances_schema
 from data_jobs import vocab_job
 from instances_helpers import bert_sample_documents, book_documents, write_documents, write_tiny_vocab
 

@@ -10,7 +10,7 @@ import pytest
 
 from data_jobs import instances_job, shard_job, vocab_job
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
-from data_jobs.schema import Manifest
+from contracts.schema import Manifest
 from flows.cli import main as bertflow
 from shard_fixtures import BERT_TEXT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bert_core.evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
+from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from flows.cli import COMMANDS, main

@@ -209,7 +209,7 @@ def test_evaluate_any_checkpoint(first_run):
 def test_edited_corpus_redoes_every_stage(first_run):
     """Runs last: edits the (copied) corpus in place; the rerun redoes shard and everything downstream,
     each stage logging why, instead of silently reusing stale shards."""
-    from data_jobs.schema import Manifest
+    from contracts.schema import Manifest
     from flows.config import make_plan
     from flows.pipeline import pretraining_pipeline
 
