@@ -9,7 +9,6 @@ Import writes a weights-only checkpoint (step 0) into a new run directory, usabl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
