@@ -14,16 +14,20 @@ InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "js
 class RayOptions(StrictModel):
     """Where the job's Ray tasks run."""
 
-    num_workers: int = Field(2, ge=1, description="parallel Ray tasks (outputs never depend on it)")
+    num_workers: int = Field(2, ge=1, description="parallel tasks (outputs never depend on it)")
     ray_address: Optional[str] = Field(
-        None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = local cluster"
+        None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = this machine"
+    )
+    engine: Literal["auto", "local", "ray"] = Field(
+        "auto", description="ray: Ray tasks; local: this machine's processes, no Ray start-up; auto: ray when "
+        "ray_address or $RAY_ADDRESS is set, else local (outputs never depend on it)",
     )
 
     def config_hash(self) -> str:
         """Hash of what determines the output: where and how widely it runs does not count."""
         from data_jobs.common import stable_hash
 
-        return stable_hash(self.model_dump(mode="json", exclude={"num_workers", "ray_address"}))
+        return stable_hash(self.model_dump(mode="json", exclude={"num_workers", "ray_address", "engine"}))
 
 
 class ShardConfig(RayOptions):
@@ -56,7 +60,7 @@ class ShardConfig(RayOptions):
         """Hash of what determines the shards: not where they go, how wide it runs, or overwrite."""
         from data_jobs.common import stable_hash
 
-        skip = {"num_workers", "ray_address", "output_dir", "overwrite"}
+        skip = {"num_workers", "ray_address", "engine", "output_dir", "overwrite"}
         return stable_hash(self.model_dump(mode="json", exclude=skip))
 
 

@@ -4,7 +4,8 @@
     bertflow data instances ...            (same flags)
     ray job submit -- python -m data_jobs.instances_job ...
 
-Two stages of plain Ray tasks, one task per document shard (no algorithm lives here):
+Two fan-outs of one task per document shard (no algorithm lives here), on Ray or, on one machine
+without a Ray address, on local processes (``engine``, see data_jobs/fanout.py):
   1. pool: every shard contributes a fixed, seed-determined sample of its documents to the corpus-wide
      random-next pool (put once into the object store, read by every worker). Random-next segments
      therefore come from across the corpus, not only the worker's own shard, and the pool depends on
@@ -236,7 +237,7 @@ def run(cfg: InstancesConfig) -> Manifest:
     # longest worker's queue; the output does not depend on the order.
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
-        records.update(_run_ray(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
+        records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
     _remove_orphans(out, records)
     return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
 
@@ -280,64 +281,26 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
     return manifest
 
 
-def _run_ray(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
-    import ray
-
+def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
+    """The two fan-outs (pool, then instances) on the configured engine (data_jobs.fanout)."""
+    from data_jobs.fanout import fan_out
     from data_jobs.instances import concat_docs
-    from data_jobs.ray_util import ensure_ray
 
-    ensure_ray(cfg.ray_address)
-    pool_ref = None
+    run_on = dict(max_in_flight=cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address,
+                  where="instances worker", unit="shard")
+    pool = None
     if cfg.sentence_task == "nsp":
         per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
-        pool_task = ray.remote(num_cpus=1)(build_pool_part)
-        calls = [(lambda s=s, p=p: pool_task.remote(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length,
-                                                    str(vocab.vocab_file), vocab.lowercase))
-                 for s, p in enumerate(shard_paths)]
-        pool_ref = ray.put(concat_docs(_bounded_get(calls, cfg.num_workers, "random-next pool")))
+        calls = [(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
+                  vocab.lowercase) for s, p in enumerate(shard_paths)]
+        pool = concat_docs(fan_out(build_pool_part, calls, desc="random-next pool", **run_on))
     vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
                "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
-    shard_task = ray.remote(num_cpus=1, max_retries=1)(process_shard)
     cfg_json = cfg.model_dump(mode="json")
-    calls = [(lambda s=s: shard_task.remote(shard_paths[s], s, pool_ref, cfg_json, vocab_d, str(out), key))
-             for s in todo]
-    results = _bounded_get(calls, cfg.num_workers, "instances")
+    calls = [(shard_paths[s], s) for s in todo]
+    results = fan_out(process_shard, calls, desc="instances", max_retries=1,
+                      shared=dict(pool=pool, cfg_json=cfg_json, vocab=vocab_d, out_dir=str(out), key=key), **run_on)
     return {rec["shard"]: rec for rec in results}
-
-
-def _bounded_get(items: list, limit: int, desc: str) -> list:
-    """Call each submitter with at most ``limit`` tasks in flight (memory: one shard per worker);
-    results in submission order, with a progress bar."""
-    import ray
-    from tqdm import tqdm
-
-    results: list = [None] * len(items)
-    pending: dict = {}
-    nxt = 0
-    with tqdm(total=len(items), desc=desc, unit="shard") as bar:
-        while nxt < len(items) or pending:
-            while nxt < len(items) and len(pending) < limit:
-                pending[items[nxt]()] = nxt
-                nxt += 1
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                results[pending.pop(ref)] = _unwrap(ray, ref)
-                bar.update(1)
-    return results
-
-
-def _unwrap(ray, ref):
-    """ray.get, turning a worker's UserError back into a UserError (one line, no traceback)."""
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
-        if isinstance(cause, UserError):
-            raise UserError(str(cause)) from None
-        if isinstance(cause, OSError):  # disk full, permission denied: the environment, in one line
-            text = cause.strerror or (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-            raise UserError(f"{cause.filename or 'instances worker'}: {text}") from None
-        raise
 
 
 # ---------------------------------------------------------------- CLI
