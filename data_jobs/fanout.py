@@ -1,6 +1,8 @@
 """One fan-out helper for every job that runs a function over many argument tuples.
 
     results = fan_out(fn, [(a1, b1), (a2, b2), ...], desc="instances", max_in_flight=4)
+    with Workers(4, engine="auto") as w:       # several fan-outs on the same workers
+        pool = w.map(f, calls_f, desc="pool"); out = w.map(g, calls_g, desc="instances", shared={"pool": pool})
 
 Results come back in input order; at most ``max_in_flight`` calls run at once (memory: one shard per
 worker); a tqdm bar counts finished calls; a worker's ``UserError`` (or an ``OSError`` such as a full
@@ -21,8 +23,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import types
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 from data_jobs.common import UserError
 
@@ -65,29 +69,67 @@ def resolve_engine(engine: str = "auto", ray_address: Optional[str] = None) -> s
     return "ray" if ray is not None and ray.is_initialized() else "local"
 
 
+class Workers:
+    """Where fan-outs run: Ray tasks or this machine's processes (see the module docstring). Reuse one
+    across the fan-outs of a job, so local worker processes (and what they cache, such as a
+    tokenizer) are started once. ``preload``: modules the local fork server imports once for all
+    workers (each fan-out's function module is added)."""
+
+    def __init__(self, max_in_flight: int = 1, *, num_cpus: float = 1, engine: str = "auto",
+                 ray_address: Optional[str] = None, preload: Sequence[str] = ()) -> None:
+        self.limit = max(1, int(max_in_flight))
+        self.kind = resolve_engine(engine, ray_address)
+        self.num_cpus, self.ray_address, self.preload = num_cpus, ray_address, list(preload)
+        self._executor: Optional[ProcessPoolExecutor] = None
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def map(self, fn: Callable, calls: Sequence[tuple], *, desc: str, shared: Optional[dict] = None,
+            max_retries: int = 0, where: Optional[str] = None, unit: str = "task") -> list:
+        """``[fn(*args, **shared) for args in calls]``, at most ``max_in_flight`` at once, in input order.
+
+        ``shared``: keyword arguments every call receives (Ray puts each into the object store once).
+        ``where``: names the place in an OSError message that carries no file name (an output dir).
+        ``max_retries``: Ray only (a task on a lost node is rerun; local workers die with the job).
+        """
+        from tqdm import tqdm
+
+        calls = [tuple(c) for c in calls]
+        limit = min(self.limit, len(calls) or 1)
+        where, shared = where or desc, shared or {}
+        with tqdm(total=len(calls), desc=desc, unit=unit, disable=None, file=sys.stderr) as bar:
+            if self.kind == "ray":
+                return _run_ray(fn, calls, limit, self.num_cpus, self.ray_address, shared, max_retries, where, bar)
+            if self.limit == 1 or (limit == 1 and self._executor is None):
+                return _run_here(fn, calls, shared, where, bar)
+            return _run_pool(self._pool(fn), fn, calls, limit, shared, where, bar)
+
+    def _pool(self, fn: Callable) -> ProcessPoolExecutor:
+        if self._executor is None:
+            ctx = multiprocessing.get_context("forkserver")
+            # The fork server starts from a clean interpreter and imports these once; every worker
+            # forked from it then skips the numpy/pyarrow/tokenizers imports.
+            mods = self.preload + ([fn.__module__] if fn.__module__ != "__main__" else [])
+            ctx.set_forkserver_preload(mods)
+            self._executor = ProcessPoolExecutor(self.limit, mp_context=ctx, initializer=_set_worker_env)
+        return self._executor
+
+
 def fan_out(fn: Callable, calls: Sequence[tuple], *, desc: str, max_in_flight: int = 1, num_cpus: float = 1,
             engine: str = "auto", ray_address: Optional[str] = None, shared: Optional[dict] = None,
             max_retries: int = 0, where: Optional[str] = None, unit: str = "task") -> list:
-    """``[fn(*args, **shared) for args in calls]``, run in parallel; see the module docstring.
-
-    ``shared``: keyword arguments every call receives (Ray puts each into the object store once).
-    ``where``: names the place in an OSError message that carries no file name (e.g. an output dir).
-    ``max_retries``: Ray only (a task on a lost node is rerun; local workers die with the job).
-    """
-    from tqdm import tqdm
-
-    calls = [tuple(c) for c in calls]
-    limit = max(1, min(int(max_in_flight), len(calls) or 1))
-    kind = resolve_engine(engine, ray_address)
-    where = where or desc
-    with tqdm(total=len(calls), desc=desc, unit=unit, disable=None, file=sys.stderr) as bar:
-        if kind == "ray":
-            raw = _run_ray(fn, calls, limit, num_cpus, ray_address, shared or {}, max_retries, where, bar)
-        elif limit == 1:
-            raw = _run_here(fn, calls, shared or {}, where, bar)
-        else:
-            raw = _run_pool(fn, calls, limit, shared or {}, where, bar)
-    return raw
+    """One fan-out on its own workers: ``Workers(...).map(fn, calls, ...)`` (see Workers.map)."""
+    with Workers(max_in_flight, num_cpus=num_cpus, engine=engine, ray_address=ray_address) as workers:
+        return workers.map(fn, calls, desc=desc, shared=shared, max_retries=max_retries, where=where, unit=unit)
 
 
 def _check(result: Any) -> Any:
@@ -118,30 +160,42 @@ def _set_worker_env() -> None:
     os.environ.update(WORKER_ENV)
 
 
-def _run_pool(fn, calls, limit, shared, where, bar) -> list:
-    """A pool of ``limit`` forkserver processes; the first failure stops the job after cancelling
-    what has not started."""
-    ctx = multiprocessing.get_context("forkserver")
-    # The fork server starts from a clean interpreter: importing the function's module there once
-    # spares every worker the numpy/pyarrow/tokenizers import.
-    ctx.set_forkserver_preload([fn.__module__] if fn.__module__ != "__main__" else [])
+@contextmanager
+def _bare_main(fn: Callable) -> Iterator[None]:
+    """Start workers without re-importing the driver's main module: multiprocessing would run it in
+    every new worker (for `bertflow`, the whole CLI with Prefect: seconds each). Only a function
+    defined in __main__ needs it."""
+    main = sys.modules.get("__main__")
+    if fn.__module__ == "__main__" or main is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _run_pool(ex: ProcessPoolExecutor, fn, calls, limit, shared, where, bar) -> list:
+    """Calls on the local pool, ``limit`` in flight; the first failure stops the fan-out after
+    cancelling what has not started."""
     results: list = [None] * len(calls)
-    with ProcessPoolExecutor(limit, mp_context=ctx, initializer=_set_worker_env) as ex:
-        pending: dict[Future, int] = {}
-        nxt = 0
-        try:
-            while nxt < len(calls) or pending:
-                while nxt < len(calls) and len(pending) < limit:
+    pending: dict[Future, int] = {}
+    nxt = 0
+    try:
+        while nxt < len(calls) or pending:
+            while nxt < len(calls) and len(pending) < limit:
+                with _bare_main(fn):  # submit may start a worker process
                     pending[ex.submit(_guarded_call, fn, where, calls[nxt], shared)] = nxt
-                    nxt += 1
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=pending.__getitem__):
-                    results[pending.pop(fut)] = _check(fut.result())
-                    bar.update(1)
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+                nxt += 1
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=pending.__getitem__):
+                results[pending.pop(fut)] = _check(fut.result())
+                bar.update(1)
+    except BaseException:
+        for fut in pending:
+            fut.cancel()
+        raise
     return results
 
 

@@ -36,6 +36,8 @@ from data_jobs.config import InstancesConfig
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
+# What a local worker imports (once, in the fork server): everything process_shard touches.
+WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "pyarrow.compute", "tokenizers", "tqdm"]
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
 POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
@@ -51,6 +53,19 @@ def done_name(shard: int) -> str:
 # ---------------------------------------------------------------- worker side (pure but for files)
 
 def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]:
+    """The documents (or the given rows) of a shard as lists of sentences."""
+    sentences, per_doc = _read_flat(path, rows)
+    offs = np.zeros(len(per_doc) + 1, dtype=np.int64)
+    np.cumsum(per_doc, out=offs[1:])
+    return [sentences[lo:hi] for lo, hi in zip(offs[:-1].tolist(), offs[1:].tolist())]
+
+
+def _read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list[int]]:
+    """All sentences of a shard (or of the given rows) as one list, and the sentences per document:
+    Arrow's own layout, several times cheaper than nested Python lists. A null sentence or
+    document reads as empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -58,11 +73,10 @@ def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
     if rows is not None:
-        import pyarrow as pa
-
         table = table.take(pa.array(rows, type=pa.int64()))
-    # A null sentence (the schema allows it) counts as empty: it tokenizes to nothing and is dropped.
-    return [[x or "" for x in doc] for doc in table.column("sentences").to_pylist()]
+    col = table.column("sentences").combine_chunks()
+    per_doc = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).tolist()
+    return pc.fill_null(col.flatten(), "").to_pylist(), per_doc
 
 
 def _tokenizer(vocab_file: str, lowercase: bool):
@@ -95,14 +109,14 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     """Make and write all instances of one shard; returns its done record (also written to disk)."""
     import resource
 
-    from data_jobs.instances import PairParams, ShardContext, tokenize_documents
+    from data_jobs.instances import PairParams, ShardContext, tokenize_flat
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
-    docs = _read_documents(shard_path)
+    sentences, per_doc = _read_flat(shard_path)
     tok = _tokenizer(vocab["vocab_file"], vocab["lowercase"])
-    td = tokenize_documents(tok, docs, [(shard << 32) | i for i in range(len(docs))])  # once, for all rounds
-    del docs
+    td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
+    del sentences
     is_cont = None
     if cfg.whole_word_masking:
         is_cont = np.array([t.startswith("##") for t in read_vocab(vocab["vocab_file"])])
@@ -283,23 +297,22 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
 
 def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
     """The two fan-outs (pool, then instances) on the configured engine (data_jobs.fanout)."""
-    from data_jobs.fanout import fan_out
+    from data_jobs.fanout import Workers
     from data_jobs.instances import concat_docs
 
-    run_on = dict(max_in_flight=cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address,
-                  where="instances worker", unit="shard")
-    pool = None
-    if cfg.sentence_task == "nsp":
-        per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
-        calls = [(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
-                  vocab.lowercase) for s, p in enumerate(shard_paths)]
-        pool = concat_docs(fan_out(build_pool_part, calls, desc="random-next pool", **run_on))
     vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
                "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
-    cfg_json = cfg.model_dump(mode="json")
-    calls = [(shard_paths[s], s) for s in todo]
-    results = fan_out(process_shard, calls, desc="instances", max_retries=1,
-                      shared=dict(pool=pool, cfg_json=cfg_json, vocab=vocab_d, out_dir=str(out), key=key), **run_on)
+    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=str(out), key=key)
+    with Workers(cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address, preload=WORKER_MODULES) as w:
+        pool = None
+        if cfg.sentence_task == "nsp":
+            per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
+            calls = [(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
+                      vocab.lowercase) for s, p in enumerate(shard_paths)]
+            pool = concat_docs(w.map(build_pool_part, calls, desc="random-next pool", where="instances worker",
+                                     unit="shard"))
+        results = w.map(process_shard, [(shard_paths[s], s) for s in todo], desc="instances", max_retries=1,
+                        shared=dict(shared, pool=pool), where="instances worker", unit="shard")
     return {rec["shard"]: rec for rec in results}
 
 

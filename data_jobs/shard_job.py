@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from data_jobs.common import UserError, build_config, load_config, run_main, stable_hash
 from data_jobs.config import ShardConfig
+from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
 from data_jobs.schema import MANIFEST_NAME, FileEntry, Manifest
 from data_jobs.shard_tasks import (
@@ -103,13 +104,10 @@ def _groups(units: list[Unit], k: int) -> list[list[Unit]]:
     return groups
 
 
-def _run_tasks(label: str, fn: Callable, calls: list[tuple], config: ShardConfig) -> list[Any]:
-    """``fn(*args)`` for each call on the configured engine (data_jobs.fanout); results in call order.
+def _run_tasks(workers, label: str, fn: Callable, calls: list[tuple], config: ShardConfig) -> list[Any]:
+    """``fn(*args)`` for each call on the job's workers (data_jobs.fanout); results in call order.
     An OSError without a file name (pyarrow's write errors) is reported against the output dir."""
-    from data_jobs.fanout import fan_out
-
-    return fan_out(fn, calls, desc=f"shard: {label}", max_in_flight=config.num_workers, engine=config.engine,
-                   ray_address=config.ray_address, where=config.output_dir)
+    return workers.map(fn, calls, desc=f"shard: {label}", where=config.output_dir)
 
 
 def run(config: ShardConfig) -> Manifest:
@@ -127,11 +125,13 @@ def run(config: ShardConfig) -> Manifest:
     n = config.num_shards
     key = f"{chash}:{ihash}"  # done-records of another config or of other inputs are never reused
     groups = _groups(units, config.num_workers)
-    read = _run_tasks("read", partition_units, [(g, config, i, work) for i, g in enumerate(groups)], config)
-    if config.dedup:
-        _run_tasks("dedup", find_duplicates, [(k, work) for k in range(n)], config)
-    todo = [s for s in range(n) if done_record(s, config, work, key) is None]
-    _run_tasks("merge", merge_shard, [(s, config, work, key) for s in todo], config)
+    with Workers(config.num_workers, engine=config.engine, ray_address=config.ray_address,
+                 preload=["data_jobs.shard_tasks"]) as w:
+        read = _run_tasks(w, "read", partition_units, [(g, config, i, work) for i, g in enumerate(groups)], config)
+        if config.dedup:
+            _run_tasks(w, "dedup", find_duplicates, [(k, work) for k in range(n)], config)
+        todo = [s for s in range(n) if done_record(s, config, work, key) is None]
+        _run_tasks(w, "merge", merge_shard, [(s, config, work, key) for s in todo], config)
     shards = [done_record(s, config, work, key) for s in range(n)]
     if any(r is None for r in shards):
         raise UserError(f"{out}: a shard changed while the job ran; rerun it")
