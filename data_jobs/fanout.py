@@ -205,7 +205,9 @@ def _run_ray(fn, calls, limit, num_cpus, ray_address, shared, max_retries, where
     from data_jobs.ray_util import ensure_ray
 
     ensure_ray(ray_address)
-    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(_ray_call)
+    # Named after the function, not the wrapper: the dashboard and state API show what ran where.
+    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(_ray_call).options(
+        name=getattr(fn, "__name__", "task"))
     keys = tuple(shared)
     refs = [ray.put(shared[k]) for k in keys]
     results: list = [None] * len(calls)
