@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: demo test test-fast bench install clean
+.PHONY: demo test test-fast bench bench-data install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,8 +33,19 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+bench: $(STAMP) $(ORIGINAL_VENV)/.installed
 	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+# Google's original create_pretraining_data.py, in its own virtualenv (never imported by bertflow).
+ORIGINAL_VENV ?= /tmp/bert-original
+$(ORIGINAL_VENV)/.installed:
+	test -x $(ORIGINAL_VENV)/bin/python || $(PY) -m venv $(ORIGINAL_VENV)
+	$(ORIGINAL_VENV)/bin/python -m pip install -q --no-deps bert-tensorflow==1.0.4
+	touch $@
+
+# Data preparation against the original script and bare tokenizers, side by side (~15-30 min).
+bench-data: $(STAMP) $(ORIGINAL_VENV)/.installed
+	$(BIN)/python bench/bench_data_prep.py --original-venv $(ORIGINAL_VENV)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -5,7 +5,7 @@
 Prints: instances/s with 1 and 2 Ray workers; end-to-end job time / the time bare `tokenizers` takes
 to encode the same sentences (all cores, Rust threads; target <= 1.5); the workers' peak RSS for 1x and
 4x the input (target: flat, since a worker holds one shard). Ray start-up is excluded (a fixed cost).
-For reference, Google's create_pretraining_data.py makes about 4,900 instances/s on this machine.
+The comparison with Google's create_pretraining_data.py, run side by side, is bench/bench_data_prep.py.
 """
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ from data_jobs import shard_job, vocab_job  # noqa: E402
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig  # noqa: E402
 from data_jobs.instances_job import run  # noqa: E402
 from data_jobs.tokenization import wordpiece_tokenizer  # noqa: E402
-
-ORIGINAL_SCRIPT_INSTANCES_PER_S = 4900
 
 
 def pick_books(gutenberg: Path, mb: float, skip: int = 0) -> list[Path]:
@@ -109,8 +107,7 @@ def main() -> None:
         for workers in (1, 2):
             dt, n, peak, cpu = job(shards, tmp / "vocab", tmp / f"out{workers}", workers, args)
             res[workers] = (dt, n, peak)
-            print(f"{workers} worker(s): {dt:.2f} s, {n:,} instances, {n / dt:,.0f} instances/s "
-                  f"({n / dt / ORIGINAL_SCRIPT_INSTANCES_PER_S:.1f}x the original script's ~4,900/s), "
+            print(f"{workers} worker(s): {dt:.2f} s, {n:,} instances, {n / dt:,.0f} instances/s, "
                   f"end-to-end / bare tokenize = {dt / bare:.2f} wall (target <= 1.5), "
                   f"shard tasks' CPU / bare CPU = {cpu / bare_cpu:.2f}, worker peak RSS {peak:.0f} MB")
         same = all((tmp / "out1" / p.name).read_bytes() == p.read_bytes() for p in (tmp / "out2").glob("part-*.parquet"))

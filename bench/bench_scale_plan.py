@@ -7,7 +7,7 @@ Measured in this run, on a few MB of the shared Gutenberg books + the Wikipedia 
   - instances job with 1 Ray worker (one core): instances/s and bytes/instance, for seq 128 and 512
     (Ray start-up excluded), and instances per MB of raw text
 Taken from elsewhere (printed with their source):
-  - sentence-splitting speed per core (docs/data-shard.md, bench/bench_shard.py)
+  - sentence-splitting speed per core (bench/bench_data_prep.py's shard section)
   - BERT-large training throughput per GPU: this project's H200 run (bench/results_gpu_h200_run1.json,
     DeepSpeed ZeRO-1 bf16, seq 128) and NVIDIA's published DGX A100 figures (DeepLearningExamples)
 The plan scales these to BooksCorpus + English Wikipedia (~3.3 B words, ~16 GB of raw text).
@@ -32,8 +32,9 @@ from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig  # noqa: 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTFLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
 RAW_GB = 16.0  # BooksCorpus (~800 M words) + English Wikipedia (~2,500 M words) as plain text
-SYNTOK_MB_S_PER_CORE = 0.51  # docs/data-shard.md: bare reader + syntok, 1 process
-BLINGFIRE_MB_S_PER_CORE = 2.07
+# bench/bench_data_prep.py, 2026-12-01: whole shard job, 1 worker, raw MB per CPU-second of the process tree
+SYNTOK_MB_S_PER_CORE = 0.68
+BLINGFIRE_MB_S_PER_CORE = 1.93
 # NVIDIA DeepLearningExamples BERT (DGX A100 80GB, AMP): sequences/s per GPU, multi-node strong scaling
 A100_SEQ_S = {128: 5541 / 8, 512: 2109 / 8}
 NVIDIA_SCALING = {1: 1.0, 2: 0.96, 4: 0.965, 8: 0.94, 16: 0.89, 32: 0.89}  # speed-up / nodes, seq 128

@@ -50,11 +50,13 @@ class StrictModel(BaseModel):
     # manifest identity, a file's size and checksum), so the same inputs addressed as ``out/docs`` or
     # ``/abs/out/docs``, or copied elsewhere, are recognised, and inputs edited in place are not.
     input_fields: ClassVar[frozenset[str]] = frozenset()
+    # Fields that say where or how widely the job runs (RUN_FIELDS, plus any a config adds).
+    run_fields: ClassVar[frozenset[str]] = RUN_FIELDS
 
     def config_hash(self) -> str:
         """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no
         run fields, no input paths)."""
-        return stable_hash(self.model_dump(mode="json", exclude=set(RUN_FIELDS | self.input_fields)))
+        return stable_hash(self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields)))
 
 
 NO_OUTPUT = "no output yet"

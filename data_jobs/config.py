@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from contracts.common import StrictModel
+from contracts.common import RUN_FIELDS, StrictModel
 
 InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "jsonl", "parquet"]
 
@@ -14,9 +14,15 @@ InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "js
 class RayOptions(StrictModel):
     """Where the job's Ray tasks run."""
 
-    num_workers: int = Field(2, ge=1, description="parallel Ray tasks (outputs never depend on it)")
+    run_fields = RUN_FIELDS | {"engine"}  # local processes or Ray: never a byte of the output
+
+    num_workers: int = Field(2, ge=1, description="parallel tasks (outputs never depend on it)")
     ray_address: Optional[str] = Field(
-        None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = local cluster"
+        None, description="address of an existing Ray cluster ('auto', 'ray://host:10001'); None = this machine"
+    )
+    engine: Literal["auto", "local", "ray"] = Field(
+        "auto", description="ray: Ray tasks; local: this machine's processes, no Ray start-up; auto: ray when "
+        "ray_address or $RAY_ADDRESS is set, else local (outputs never depend on it)",
     )
 
 

@@ -67,12 +67,20 @@ class TokenizedDocs:
 def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: Sequence[int],
                        batch_sentences: int = 16384) -> TokenizedDocs:
     """Tokenize every sentence of the documents once (Rust, batched), keep ids only."""
-    sent_doc = np.repeat(np.arange(len(documents)), [len(d) for d in documents])
     flat = list(itertools.chain.from_iterable(documents))
+    return tokenize_flat(tokenizer, flat, [len(d) for d in documents], doc_keys, batch_sentences)
+
+
+def tokenize_flat(tokenizer, sentences: Sequence[str], sents_per_doc: Sequence[int], doc_keys: Sequence[int],
+                  batch_sentences: int = 16384) -> TokenizedDocs:
+    """tokenize_documents for documents given as one flat sentence list plus sentences per document
+    (how Arrow holds them: no nested Python lists to build)."""
+    n_docs = len(sents_per_doc)
+    sent_doc = np.repeat(np.arange(n_docs), np.asarray(sents_per_doc, dtype=np.int64))
     lens: list[int] = []
     chunks: list[np.ndarray] = []
-    for lo in range(0, len(flat), batch_sentences):
-        encs = tokenizer.encode_batch_fast(flat[lo:lo + batch_sentences], add_special_tokens=False)
+    for lo in range(0, len(sentences), batch_sentences):
+        encs = tokenizer.encode_batch_fast(sentences[lo:lo + batch_sentences], add_special_tokens=False)
         ids = [e.ids for e in encs]
         chunk_lens = list(map(len, ids))
         lens.extend(chunk_lens)
@@ -81,8 +89,8 @@ def tokenize_documents(tokenizer, documents: Sequence[Sequence[str]], doc_keys: 
     keep_S = lens_S > 0
     sent_off = np.zeros(int(keep_S.sum()) + 1, dtype=np.int64)
     np.cumsum(lens_S[keep_S], out=sent_off[1:])
-    doc_off = np.zeros(len(documents) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(sent_doc[keep_S], minlength=len(documents)), out=doc_off[1:])
+    doc_off = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sent_doc[keep_S], minlength=n_docs), out=doc_off[1:])
     ids_T = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
     return TokenizedDocs(ids_T, sent_off, doc_off, np.asarray(doc_keys, dtype=np.int64))
 
@@ -218,17 +226,27 @@ def truncate_pair(a: tuple[int, int], b: tuple[int, int], max_num_tokens: int, r
     return _trim(a[0], a[1], ta, rng), _trim(b[0], b[1], tb, rng)
 
 
+def _randint(rng: random.Random, a: int, b: int) -> int:
+    """``rng.randint(a, b)`` for a <= b, the same draw: randint is randrange(a, b + 1), which is
+    ``a + rng._randbelow(b - a + 1)`` after two layers of argument checks that cost more than the
+    draw in this hot loop (``_randbelow`` of width 0 would never return: callers ensure a <= b).
+    Any other generator (the tests' scripted one) is asked for randint itself."""
+    if type(rng) is random.Random:
+        return a + rng._randbelow(b - a + 1)
+    return rng.randint(a, b)
+
+
 def random_next_b(pool: Pool, doc_key: int, target_b_length: int, rng: random.Random) -> tuple[int, int]:
     """Segment B of a random-next pair: sentences from a random start in another document."""
     # This should rarely go for more than one iteration for large corpora. However, just to be
     # careful, we try to make sure that the random document is not the same as the document we're
     # processing.
     for _ in range(10):
-        r = rng.randint(0, pool.num_docs - 1)
+        r = _randint(rng, 0, pool.num_docs - 1)
         if pool.doc_keys[r] != doc_key:
             break
     s_lo, s_hi = pool.doc_sent_off[r], pool.doc_sent_off[r + 1]
-    start = rng.randint(s_lo, s_lo + pool.doc_starts[r] - 1)
+    start = _randint(rng, s_lo, s_lo + pool.doc_starts[r] - 1)
     lo = pool.sent_off[start]
     hi = lo
     for j in range(start, s_hi):
@@ -253,7 +271,7 @@ def document_pairs(sent_off: Sequence[int], doc_key: int, pool: Pool | None, p: 
     target = max_num_tokens
     short = rng.random() < p.short_seq_prob
     if short:
-        target = rng.randint(2, max_num_tokens)
+        target = _randint(rng, 2, max_num_tokens)
     # We DON'T just concatenate all of the tokens from a document into a long sequence and choose an
     # arbitrary split point because this would make the next sentence prediction task too easy.
     # Instead, we split the input into segments "A" and "B" at actual sentence boundaries.
@@ -282,7 +300,7 @@ def _chunk_pair(sent_off, c_lo: int, c_hi: int, doc_key: int, pool: Pool | None,
         (lo, hi), _ = truncate_pair((sent_off[c_lo], sent_off[c_hi]), (0, 0), p.max_num_tokens, rng)
         return (lo, hi - lo, 0, 0, -1), 0
     # a_end is how many sentences of the chunk go into the A (first) segment.
-    a_end = 1 if n_chunk == 1 else rng.randint(1, n_chunk - 1)
+    a_end = 1 if n_chunk == 1 else _randint(rng, 1, n_chunk - 1)
     a = (sent_off[c_lo], sent_off[c_lo + a_end])
     unused = 0
     if p.sentence_task == "nsp":
@@ -300,7 +318,7 @@ def _chunk_pair(sent_off, c_lo: int, c_hi: int, doc_key: int, pool: Pool | None,
             lo, hi = a
             if hi - lo < 2:
                 return None, 0
-            cut = rng.randint(lo + 1, hi - 1)
+            cut = _randint(rng, lo + 1, hi - 1)
             a, b = (lo, cut), (cut, hi)
         else:
             b = (a[1], sent_off[c_hi])

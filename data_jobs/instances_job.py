@@ -4,7 +4,8 @@
     bertflow data instances ...            (same flags)
     ray job submit -- python -m data_jobs.instances_job ...
 
-Two stages of plain Ray tasks, one task per document shard (no algorithm lives here):
+Two fan-outs of one task per document shard (no algorithm lives here), on Ray or, on one machine
+without a Ray address, on local processes (``engine``, see data_jobs/fanout.py):
   1. pool: every shard contributes a fixed, seed-determined sample of its documents to the corpus-wide
      random-next pool (put once into the object store, read by every worker). Random-next segments
      therefore come from across the corpus, not only the worker's own shard, and the pool depends on
@@ -37,6 +38,8 @@ from data_jobs.config import InstancesConfig
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
+# What a local worker imports (once, in the fork server): everything process_shard touches.
+WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "pyarrow.compute", "tokenizers", "tqdm"]
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
 POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
@@ -52,6 +55,19 @@ def done_name(shard: int) -> str:
 # ---------------------------------------------------------------- worker side (pure but for files)
 
 def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]:
+    """The documents (or the given rows) of a shard as lists of sentences."""
+    sentences, per_doc = _read_flat(path, rows)
+    offs = np.zeros(len(per_doc) + 1, dtype=np.int64)
+    np.cumsum(per_doc, out=offs[1:])
+    return [sentences[lo:hi] for lo, hi in zip(offs[:-1].tolist(), offs[1:].tolist())]
+
+
+def _read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list[int]]:
+    """All sentences of a shard (or of the given rows) as one list, and the sentences per document:
+    Arrow's own layout, several times cheaper than nested Python lists. A null sentence or
+    document reads as empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
@@ -59,11 +75,10 @@ def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
     if rows is not None:
-        import pyarrow as pa
-
         table = table.take(pa.array(rows, type=pa.int64()))
-    # A null sentence (the schema allows it) counts as empty: it tokenizes to nothing and is dropped.
-    return [[x or "" for x in doc] for doc in table.column("sentences").to_pylist()]
+    col = table.column("sentences").combine_chunks()
+    per_doc = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).tolist()
+    return pc.fill_null(col.flatten(), "").to_pylist(), per_doc
 
 
 def _tokenizer(vocab_file: str, lowercase: bool):
@@ -96,14 +111,14 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     """Make and write all instances of one shard; returns its done record (also written to disk)."""
     import resource
 
-    from data_jobs.instances import PairParams, ShardContext, tokenize_documents
+    from data_jobs.instances import PairParams, ShardContext, tokenize_flat
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
-    docs = _read_documents(shard_path)
+    sentences, per_doc = _read_flat(shard_path)
     tok = _tokenizer(vocab["vocab_file"], vocab["lowercase"])
-    td = tokenize_documents(tok, docs, [(shard << 32) | i for i in range(len(docs))])  # once, for all rounds
-    del docs
+    td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
+    del sentences
     is_cont = None
     if cfg.whole_word_masking:
         is_cont = np.array([t.startswith("##") for t in read_vocab(vocab["vocab_file"])])
@@ -278,7 +293,7 @@ def run(cfg: InstancesConfig) -> Manifest:
     # longest worker's queue; the output does not depend on the order.
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
-        records.update(_run_ray(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
+        records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
     _remove_orphans(out, records)
     return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
 
@@ -322,64 +337,25 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
     return manifest
 
 
-def _run_ray(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
-    import ray
-
+def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
+    """The two fan-outs (pool, then instances) on the configured engine (data_jobs.fanout)."""
+    from data_jobs.fanout import Workers
     from data_jobs.instances import concat_docs
-    from data_jobs.ray_util import ensure_ray
 
-    ensure_ray(cfg.ray_address)
-    pool_ref = None
-    if cfg.sentence_task == "nsp":
-        per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
-        pool_task = ray.remote(num_cpus=1)(build_pool_part)
-        calls = [(lambda s=s, p=p: pool_task.remote(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length,
-                                                    str(vocab.vocab_file), vocab.lowercase))
-                 for s, p in enumerate(shard_paths)]
-        pool_ref = ray.put(concat_docs(_bounded_get(calls, cfg.num_workers, "random-next pool")))
     vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
                "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
-    shard_task = ray.remote(num_cpus=1, max_retries=1)(process_shard)
-    cfg_json = cfg.model_dump(mode="json")
-    calls = [(lambda s=s: shard_task.remote(shard_paths[s], s, pool_ref, cfg_json, vocab_d, str(out), key))
-             for s in todo]
-    results = _bounded_get(calls, cfg.num_workers, "instances")
+    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=str(out), key=key)
+    with Workers(cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address, preload=WORKER_MODULES) as w:
+        pool = None
+        if cfg.sentence_task == "nsp":
+            per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
+            calls = [(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
+                      vocab.lowercase) for s, p in enumerate(shard_paths)]
+            pool = concat_docs(w.map(build_pool_part, calls, desc="random-next pool", where="instances worker",
+                                     unit="shard"))
+        results = w.map(process_shard, [(shard_paths[s], s) for s in todo], desc="instances", max_retries=1,
+                        shared=dict(shared, pool=pool), where="instances worker", unit="shard")
     return {rec["shard"]: rec for rec in results}
-
-
-def _bounded_get(items: list, limit: int, desc: str) -> list:
-    """Call each submitter with at most ``limit`` tasks in flight (memory: one shard per worker);
-    results in submission order, with a progress bar."""
-    import ray
-    from tqdm import tqdm
-
-    results: list = [None] * len(items)
-    pending: dict = {}
-    nxt = 0
-    with tqdm(total=len(items), desc=desc, unit="shard") as bar:
-        while nxt < len(items) or pending:
-            while nxt < len(items) and len(pending) < limit:
-                pending[items[nxt]()] = nxt
-                nxt += 1
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                results[pending.pop(ref)] = _unwrap(ray, ref)
-                bar.update(1)
-    return results
-
-
-def _unwrap(ray, ref):
-    """ray.get, turning a worker's UserError back into a UserError (one line, no traceback)."""
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
-        if isinstance(cause, UserError):
-            raise UserError(str(cause)) from None
-        if isinstance(cause, OSError):  # disk full, permission denied: the environment, in one line
-            text = cause.strerror or (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-            raise UserError(f"{cause.filename or 'instances worker'}: {text}") from None
-        raise
 
 
 # ---------------------------------------------------------------- CLI

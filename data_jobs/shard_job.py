@@ -1,4 +1,4 @@
-"""shard job: raw text -> N Parquet document shards + manifest.json, on Ray.
+"""shard job: raw text -> N Parquet document shards + manifest.json, on Ray or local processes.
 
     bertflow data shard --input corpus/ --output-dir out/docs --num-shards 8 --num-workers 4
     python -m data_jobs.shard_job --config shard.yaml          (so `ray job submit -- python -m ...` works)
@@ -21,10 +21,11 @@ from typing import Any, Callable, Sequence
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
                               stable_hash)
 from data_jobs.config import ShardConfig
+from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
 from data_jobs.shard_tasks import (
-    done_record, find_duplicates, merge_shard, partition_units, raise_if_error,
+    done_record, find_duplicates, merge_shard, partition_units,
 )
 
 WORK = ".work"
@@ -151,42 +152,14 @@ def _groups(units: list[Unit], k: int) -> list[list[Unit]]:
     return groups
 
 
-def _run_tasks(label: str, fn: Callable, calls: list[tuple]) -> list[Any]:
-    """Run ``fn(*args)`` for each call as a Ray task, with a progress bar; results in call order."""
-    import ray
-    from tqdm import tqdm
-
-    remote = ray.remote(_as_value(fn))
-    refs = [remote.remote(*args) for args in calls]
-    pending = list(refs)
-    with tqdm(total=len(refs), desc=f"shard: {label}", unit="task", disable=None, file=sys.stderr) as bar:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            bar.update(len(ready))
-    return [raise_if_error(r) for r in ray.get(refs)]
-
-
-def _as_value(fn: Callable) -> Callable:
-    def call(*args):
-        try:
-            return fn(*args)
-        except UserError as err:
-            return {"user_error": str(err)}
-        except OSError as err:  # disk full, permission denied: the environment, reported in one line
-            # pyarrow's write errors name no file: name the output dir (the parent of the work dir).
-            out = next((str(Path(a).parent) for a in args if isinstance(a, str) and Path(a).name == WORK), "")
-            where = f"{err.filename}: " if getattr(err, "filename", None) else (f"{out}: " if out else "")
-            text = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[-1]
-            return {"user_error": f"{where}{text}"}
-
-    call.__name__ = fn.__name__
-    return call
+def _run_tasks(workers, label: str, fn: Callable, calls: list[tuple], config: ShardConfig) -> list[Any]:
+    """``fn(*args)`` for each call on the job's workers (data_jobs.fanout); results in call order.
+    An OSError without a file name (pyarrow's write errors) is reported against the output dir."""
+    return workers.map(fn, calls, desc=f"shard: {label}", where=config.output_dir)
 
 
 def run(config: ShardConfig) -> Manifest:
     """Run the shard job; returns the manifest written (last) into ``config.output_dir``."""
-    from data_jobs.ray_util import ensure_ray
-
     # Ray workers may not share the driver's working directory: hand them absolute paths.
     out = Path(config.output_dir).resolve()
     config = config.model_copy(update={"output_dir": str(out)})
@@ -198,16 +171,17 @@ def run(config: ShardConfig) -> Manifest:
         print(state.line("shard") + f": {out}", file=sys.stderr)
     if done is not None:
         return done
-    # Under `ray job submit` the driver finds its cluster in RAY_ADDRESS: join it, do not start another.
-    ensure_ray(config.ray_address or os.environ.get("RAY_ADDRESS"), config.num_workers)
     work = str(out / WORK)
     n = config.num_shards
     key = f"{chash}:{ihash}"  # done-records of another config or of other inputs are never reused
-    read = _run_tasks("read", partition_units, [(g, config, i, work) for i, g in enumerate(_groups(units, config.num_workers))])
-    if config.dedup:
-        _run_tasks("dedup", find_duplicates, [(k, work) for k in range(n)])
-    todo = [s for s in range(n) if done_record(s, config, work, key) is None]
-    _run_tasks("merge", merge_shard, [(s, config, work, key) for s in todo])
+    groups = _groups(units, config.num_workers)
+    with Workers(config.num_workers, engine=config.engine, ray_address=config.ray_address,
+                 preload=["data_jobs.shard_tasks"]) as w:
+        read = _run_tasks(w, "read", partition_units, [(g, config, i, work) for i, g in enumerate(groups)], config)
+        if config.dedup:
+            _run_tasks(w, "dedup", find_duplicates, [(k, work) for k in range(n)], config)
+        todo = [s for s in range(n) if done_record(s, config, work, key) is None]
+        _run_tasks(w, "merge", merge_shard, [(s, config, work, key) for s in todo], config)
     shards = [done_record(s, config, work, key) for s in range(n)]
     if any(r is None for r in shards):
         raise UserError(f"{out}: a shard changed while the job ran; rerun it")

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from contracts.common import UserError, atomic_path, sha256_file
+from contracts.common import atomic_path, sha256_file
 from contracts.schema import DOCUMENTS_SCHEMA
 from data_jobs.readers import ReadStats, Unit, read_unit
 
@@ -192,9 +192,3 @@ def done_record(shard: int, config, work: str, config_hash: str) -> dict[str, An
         return None
     return rec if sha256_file(path) == rec["sha256"] else None
 
-
-def raise_if_error(result: Any) -> Any:
-    """Tasks return UserErrors as values (a one-line message), never as Ray tracebacks."""
-    if isinstance(result, dict) and "user_error" in result:
-        raise UserError(result["user_error"])
-    return result

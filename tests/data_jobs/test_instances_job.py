@@ -180,3 +180,12 @@ def test_real_pipeline_shard_vocab_instances(ray_local, shared_data, tmp_path):
     small = run(InstancesConfig(shards_dir=str(tmp_path / "docs"), vocab_dir=str(tmp_path / "vocab"),
                                 output_dir=str(tmp_path / "inst_small"), dupe_factor=2, max_seq_length=64))
     assert small.totals["documents"] == 3 and "{[MASK]|" in decode_examples(tmp_path / "inst_small", 1)[0]
+
+
+def test_local_engine_gives_the_bytes_of_the_ray_engine(ray_local, inputs):
+    """No Ray address: local processes (in-process for 1 worker); any engine, any count, same bytes."""
+    m_ray = run(_cfg(inputs, "e-ray", num_workers=2, engine="ray"))
+    for workers in (1, 2):
+        m = run(_cfg(inputs, f"e-local{workers}", num_workers=workers, engine="local"))
+        assert _files(inputs / f"e-local{workers}") == _files(inputs / "e-ray")
+        assert m.files == m_ray.files and m.totals == m_ray.totals and m.stats == m_ray.stats

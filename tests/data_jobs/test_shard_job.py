@@ -54,6 +54,9 @@ def test_one_and_two_workers_give_identical_shards_and_exact_dedup(ray_local, co
     assert list(s1) == ["shard-00000.parquet", "shard-00001.parquet", "shard-00002.parquet"]
     assert s1 == s2
     assert m1.files == m2.files and m1.totals == m2.totals and m1.config_hash == m2.config_hash
+    # No Ray: local processes give the same bytes (the engine is not part of the config hash).
+    m3 = run(cfg([corpus], tmp_path / "w3", num_shards=3, num_workers=2, engine="local"))
+    assert shards_of(tmp_path / "w3") == s1 and m3.files == m1.files and m3.config_hash == m1.config_hash
 
     # Expected result computed independently, in one process: keep the smallest doc_id per content.
     all_docs = list(read_documents(cfg([corpus]), ReadStats()))

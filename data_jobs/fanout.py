@@ -1,0 +1,236 @@
+"""One fan-out helper for every job that runs a function over many argument tuples.
+
+    results = fan_out(fn, [(a1, b1), (a2, b2), ...], desc="instances", max_in_flight=4)
+    with Workers(4, engine="auto") as w:       # several fan-outs on the same workers
+        pool = w.map(f, calls_f, desc="pool"); out = w.map(g, calls_g, desc="instances", shared={"pool": pool})
+
+Results come back in input order; at most ``max_in_flight`` calls run at once (memory: one shard per
+worker); a tqdm bar counts finished calls; a worker's ``UserError`` (or an ``OSError`` such as a full
+disk) comes back as one ``UserError`` line, never as a remote stack dump.
+
+Engines (``engine``):
+  ray    Ray tasks (``num_cpus`` each) on the cluster at ``ray_address`` / $RAY_ADDRESS, or on a
+         local Ray cluster. What a multi-node job uses.
+  local  this machine, no Ray: in-process for one worker, else a pool of fresh processes
+         (forkserver: the children never inherit a parent's tokenizers threads, see
+         ../shared/ENVIRONMENT.md "tokenizers and fork"). Saves Ray's seconds of start-up.
+  auto   ray when an address is given, $RAY_ADDRESS is set (inside ``ray job submit``) or Ray is
+         already initialized in this process; local otherwise.
+A function's result must not depend on where it runs, so the engine never changes an output.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import types
+from contextlib import contextmanager
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
+
+from contracts.common import UserError
+
+from data_jobs.ray_util import WORKER_ENV  # the same worker environment as Ray's workers
+
+Engine = Literal["auto", "local", "ray"]
+
+
+class _Failed:
+    """A worker's one-line error, returned as a value so no engine wraps it in its own traceback."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _guarded_call(fn: Callable, where: str, args: tuple, kwargs: dict) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except UserError as err:
+        return _Failed(str(err))
+    except OSError as err:  # disk full, permission denied: the environment, in one line
+        text = err.strerror or (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        return _Failed(f"{err.filename or where}: {text}")
+
+
+def _ray_call(fn: Callable, where: str, args: tuple, keys: tuple, *values: Any) -> Any:
+    # Shared values travel as top-level arguments: Ray resolves only those ObjectRefs.
+    return _guarded_call(fn, where, args, dict(zip(keys, values)))
+
+
+def resolve_engine(engine: str = "auto", ray_address: Optional[str] = None) -> str:
+    """'ray' or 'local' for ``engine`` (see the module docstring for the 'auto' rule)."""
+    if engine not in ("auto", "local", "ray"):
+        raise UserError(f"engine: {engine!r} is not one of auto, local, ray")
+    if engine != "auto":
+        return engine
+    if ray_address or os.environ.get("RAY_ADDRESS"):
+        return "ray"
+    ray = sys.modules.get("ray")  # only if something imported it: never pay Ray's import to decide
+    return "ray" if ray is not None and ray.is_initialized() else "local"
+
+
+class Workers:
+    """Where fan-outs run: Ray tasks or this machine's processes (see the module docstring). Reuse one
+    across the fan-outs of a job, so local worker processes (and what they cache, such as a
+    tokenizer) are started once. ``preload``: modules the local fork server imports once for all
+    workers (each fan-out's function module is added)."""
+
+    def __init__(self, max_in_flight: int = 1, *, num_cpus: float = 1, engine: str = "auto",
+                 ray_address: Optional[str] = None, preload: Sequence[str] = ()) -> None:
+        self.limit = max(1, int(max_in_flight))
+        self.kind = resolve_engine(engine, ray_address)
+        self.num_cpus, self.ray_address, self.preload = num_cpus, ray_address, list(preload)
+        self._executor: Optional[ProcessPoolExecutor] = None
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def map(self, fn: Callable, calls: Sequence[tuple], *, desc: str, shared: Optional[dict] = None,
+            max_retries: int = 0, where: Optional[str] = None, unit: str = "task") -> list:
+        """``[fn(*args, **shared) for args in calls]``, at most ``max_in_flight`` at once, in input order.
+
+        ``shared``: keyword arguments every call receives (Ray puts each into the object store once).
+        ``where``: names the place in an OSError message that carries no file name (an output dir).
+        ``max_retries``: Ray only (a task on a lost node is rerun; local workers die with the job).
+        """
+        from tqdm import tqdm
+
+        calls = [tuple(c) for c in calls]
+        limit = min(self.limit, len(calls) or 1)
+        where, shared = where or desc, shared or {}
+        with tqdm(total=len(calls), desc=desc, unit=unit, disable=None, file=sys.stderr) as bar:
+            if self.kind == "ray":
+                return _run_ray(fn, calls, limit, self.num_cpus, self.ray_address, shared, max_retries, where, bar)
+            if self.limit == 1 or (limit == 1 and self._executor is None):
+                return _run_here(fn, calls, shared, where, bar)
+            return _run_pool(self._pool(fn), fn, calls, limit, shared, where, bar)
+
+    def _pool(self, fn: Callable) -> ProcessPoolExecutor:
+        if self._executor is None:
+            ctx = multiprocessing.get_context("forkserver")
+            # The fork server starts from a clean interpreter and imports these once; every worker
+            # forked from it then skips the numpy/pyarrow/tokenizers imports.
+            mods = self.preload + ([fn.__module__] if fn.__module__ != "__main__" else [])
+            ctx.set_forkserver_preload(mods)
+            self._executor = ProcessPoolExecutor(self.limit, mp_context=ctx, initializer=_set_worker_env)
+        return self._executor
+
+
+def fan_out(fn: Callable, calls: Sequence[tuple], *, desc: str, max_in_flight: int = 1, num_cpus: float = 1,
+            engine: str = "auto", ray_address: Optional[str] = None, shared: Optional[dict] = None,
+            max_retries: int = 0, where: Optional[str] = None, unit: str = "task") -> list:
+    """One fan-out on its own workers: ``Workers(...).map(fn, calls, ...)`` (see Workers.map)."""
+    with Workers(max_in_flight, num_cpus=num_cpus, engine=engine, ray_address=ray_address) as workers:
+        return workers.map(fn, calls, desc=desc, shared=shared, max_retries=max_retries, where=where, unit=unit)
+
+
+def _check(result: Any) -> Any:
+    if isinstance(result, _Failed):
+        raise UserError(result.message)
+    return result
+
+
+def _run_here(fn, calls, shared, where, bar) -> list:
+    """One worker: in this process, with the tokenizer on one thread as in a worker process (one
+    worker means one core), the caller's environment restored afterwards."""
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        results = []
+        for args in calls:
+            results.append(_check(_guarded_call(fn, where, args, shared)))
+            bar.update(1)
+        return results
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def _set_worker_env() -> None:
+    os.environ.update(WORKER_ENV)
+
+
+@contextmanager
+def _bare_main(fn: Callable) -> Iterator[None]:
+    """Start workers without re-importing the driver's main module: multiprocessing would run it in
+    every new worker (for `bertflow`, the whole CLI with Prefect: seconds each). Only a function
+    defined in __main__ needs it."""
+    main = sys.modules.get("__main__")
+    if fn.__module__ == "__main__" or main is None:
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+def _run_pool(ex: ProcessPoolExecutor, fn, calls, limit, shared, where, bar) -> list:
+    """Calls on the local pool, ``limit`` in flight; the first failure stops the fan-out after
+    cancelling what has not started."""
+    results: list = [None] * len(calls)
+    pending: dict[Future, int] = {}
+    nxt = 0
+    try:
+        while nxt < len(calls) or pending:
+            while nxt < len(calls) and len(pending) < limit:
+                with _bare_main(fn):  # submit may start a worker process
+                    pending[ex.submit(_guarded_call, fn, where, calls[nxt], shared)] = nxt
+                nxt += 1
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=pending.__getitem__):
+                results[pending.pop(fut)] = _check(fut.result())
+                bar.update(1)
+    except BaseException:
+        for fut in pending:
+            fut.cancel()
+        raise
+    return results
+
+
+def _run_ray(fn, calls, limit, num_cpus, ray_address, shared, max_retries, where, bar) -> list:
+    import ray
+
+    from data_jobs.ray_util import ensure_ray
+
+    ensure_ray(ray_address)
+    # Named after the function, not the wrapper: the dashboard and state API show what ran where.
+    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(_ray_call).options(
+        name=getattr(fn, "__name__", "task"))
+    keys = tuple(shared)
+    refs = [ray.put(shared[k]) for k in keys]
+    results: list = [None] * len(calls)
+    pending: dict = {}
+    nxt = 0
+    while nxt < len(calls) or pending:
+        while nxt < len(calls) and len(pending) < limit:
+            pending[remote.remote(fn, where, calls[nxt], keys, *refs)] = nxt
+            nxt += 1
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            results[pending.pop(ref)] = _check(_ray_get(ray, ref, where))
+            bar.update(1)
+    return results
+
+
+def _ray_get(ray, ref, where: str) -> Any:
+    """ray.get; an error raised outside the guarded call (a worker killed, unpicklable result) stays
+    a Ray error, but a UserError cause still becomes one line."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, UserError):
+            raise UserError(str(cause)) from None
+        raise
