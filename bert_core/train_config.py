@@ -177,3 +177,30 @@ def ds_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
     if config.precision == "fp16":
         cfg["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1})
     return cfg
+
+
+def elastic_config(config: TrainConfig, saved: dict[str, Any], world_size: int, where: Any) -> TrainConfig:
+    """The config of a run resumed on another world size: the saved global batch is kept and the
+    accumulation absorbs the change (global = micro x accumulation x world, as ``global_batch``).
+
+    Only state that does not depend on the world size can move: DeepSpeed ZeRO >= 1 shards (and its
+    bf16 wrapper partitions) the optimizer state per rank and refuses another world size on load."""
+    saved_world = int(saved.get("world_size", world_size))
+    if config.engine == "deepspeed" and (config.zero_stage > 0 or config.precision != "fp32"):
+        raise UserError(
+            f"--resume: {where} was written by {saved_world} ranks, this launch has {world_size}; resuming on "
+            "another world size needs zero_stage 0 and precision fp32 (DeepSpeed partitions ZeRO and bf16 "
+            "optimizer state per rank and cannot repartition it on load)"
+        )
+    cursor = saved.get("loader", {})
+    global_batch = int(cursor.get("global_batch_size") or
+                       config.micro_batch_size * config.grad_accum_steps * saved_world)
+    per = config.micro_batch_size * world_size
+    if global_batch % per:
+        raise UserError(
+            f"--resume: the global batch {global_batch} of {where} is not a multiple of micro_batch_size "
+            f"{config.micro_batch_size} x world size {world_size}; launch a world size that divides it"
+        )
+    resumed = config.model_copy(update={"grad_accum_steps": global_batch // per})
+    resumed.global_batch(world_size)  # global_batch_size, if set, still agrees
+    return resumed
