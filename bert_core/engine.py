@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from bert_core.losses import pretraining_loss
-from bert_core.model import BertForPreTraining
+from bert_core.model import BertForPreTraining, use_fast_paths
 from bert_core.optim import make_optimizer, make_scheduler
 from bert_core.train_config import TrainConfig, ds_config
 from data_jobs.common import UserError
@@ -229,6 +229,8 @@ def _check_per_layer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
 
 def make_engine(model: BertForPreTraining, config: TrainConfig, world: World):
     """The engine the config asks for; DeepSpeed expects ``init_distributed`` to have run."""
+    if config.fast_attention or config.compile_blocks:
+        use_fast_paths(model, attention=config.fast_attention, compile_blocks=config.compile_blocks)
     return DeepSpeedEngine(model, config, world) if config.engine == "deepspeed" else TorchEngine(model, config, world)
 
 

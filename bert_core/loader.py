@@ -19,6 +19,7 @@ Invariants
 """
 from __future__ import annotations
 
+import mmap
 import queue
 import threading
 from pathlib import Path
@@ -35,6 +36,7 @@ from data_jobs.ragged import gather_ranges
 from data_jobs.schema import Manifest
 
 DEFAULT_BIN_SIZE = 32
+RELEASE_EVERY = 64  # micro batches between two release_pages() calls (bounded RSS on mmap storage)
 
 
 class _Ragged:
@@ -86,7 +88,9 @@ class InstanceDataset:
 
     def _map(self) -> None:
         """Columns memory-mapped from the node-local decoded copy (built on first use)."""
-        a = open_cache(self.dir, self.manifest)
+        maps = open_cache(self.dir, self.manifest)
+        self._maps = [m for m in maps.values() if isinstance(m, np.memmap)]  # for release_pages
+        a = {k: np.asarray(m) for k, m in maps.items()}  # plain views: no np.memmap overhead per index
         self.input_ids = _Ragged(a["ids"], a["ids_off"])
         self.masked_positions = _Ragged(a["mpos"], a["m_off"])
         self.masked_ids = _Ragged(a["mids"], a["m_off"])
@@ -119,6 +123,13 @@ class InstanceDataset:
         if n and int(self.lengths.max()) > self.max_seq_length:
             raise UserError(f"{self.dir}: an instance is longer than max_seq_length {self.max_seq_length}")
         self.bins = ((np.maximum(self.lengths, 1).astype(np.int64) - 1) // self.bin_size).astype(np.int16)
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far from this process (they stay in the node's page cache, shared):
+        random reads over an epoch would otherwise leave every touched page in the rank's RSS."""
+        for m in getattr(self, "_maps", ()):
+            if m._mmap is not None:
+                m._mmap.madvise(mmap.MADV_DONTNEED)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -189,6 +200,7 @@ class BatchLoader:
         self._plans: dict[int, np.ndarray] = {}
         self._plan_lock = threading.Lock()
         self._prefetch_depth, self._prefetcher = prefetch, None
+        self._collated = 0
         if self.batches_per_epoch() == 0:
             raise UserError(
                 f"{dataset.dir}: too few instances ({len(dataset)}) for one global batch of "
@@ -239,6 +251,9 @@ class BatchLoader:
         return self.plan(epoch)[index, k * self.B : (k + 1) * self.B]
 
     def _batch_at(self, pos: tuple[int, int, int]) -> dict[str, torch.Tensor]:
+        self._collated += 1
+        if self._collated % RELEASE_EVERY == 0:
+            self.ds.release_pages()
         rows = self._rows_at(pos)
         return self.ds.collate(rows, self.pad_length(rows), self.pad_id)
 

@@ -55,6 +55,13 @@ class TrainConfig(StrictModel):
         "fp32", description="fp16 needs a GPU; bf16 runs on CPUs with AVX-512-BF16 and on GPUs"
     )
 
+    fast_attention: bool = Field(
+        False, description="SDPA without a mask for full-length batches (flash), boolean mask otherwise"
+    )
+    compile_blocks: bool = Field(
+        False, description="torch.compile each encoder block (fuses bias+GELU, dropout+residual+LayerNorm)"
+    )
+
     # --- optimisation ------------------------------------------------------------------------
     optimizer: Literal["adamw", "lamb"] = Field("adamw", description="AdamW, or LAMB with per-layer trust ratio")
     lr: float = Field(1e-4, gt=0.0, description="peak learning rate")
