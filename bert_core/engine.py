@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from bert_core.losses import pretraining_loss
 from bert_core.model import BertForPreTraining, use_fast_paths
-from bert_core.optim import make_optimizer, make_scheduler
+from bert_core.optim import attach_zero_partitions, make_optimizer, make_scheduler
 from bert_core.train_config import TrainConfig, ds_config
 from data_jobs.common import UserError
 
@@ -183,7 +183,9 @@ class DeepSpeedEngine:
             dist_init_required=False,
         )
         self.model = self.engine.module
-        if config.optimizer == "lamb":
+        if config.optimizer == "lamb" and config.zero_stage in (1, 2):
+            attach_zero_partitions(optimizer, self.engine.optimizer)  # per-layer trust ratio across ranks
+        elif config.optimizer == "lamb":
             _check_per_layer(optimizer, self.model)
 
     def step(self, micro_batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:

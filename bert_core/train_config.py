@@ -103,15 +103,14 @@ class TrainConfig(StrictModel):
             raise ValueError(f"unknown model preset {self.model!r}; choose one of {', '.join(PRESETS)}")
         if not isinstance(self.model, str) and self.model_overrides:
             raise ValueError("model_overrides only apply to a preset name, not to a full model mapping")
-        if self.optimizer == "lamb" and self.engine == "deepspeed" and self.zero_stage > 0:
-            # ZeRO >= 1 hands the optimizer one flattened partition per rank, so a LAMB trust ratio
-            # would be computed per partition instead of per layer: silently wrong. (At stage 0,
-            # DeepSpeed's bf16/fp16 wrapper keeps per-parameter fp32 copies for a client optimizer
-            # that is not its FusedAdam; the engine re-checks the shapes it actually got.)
+        if self.optimizer == "lamb" and self.engine == "deepspeed" and self.zero_stage == 3:
+            # ZeRO-1/2 hand LAMB one flat fp32 partition per rank; the engine tells LAMB which slices
+            # belong to which parameter and LAMB all-reduces their squared norms (per-layer trust
+            # ratio, bert_core.optim.attach_zero_partitions). ZeRO-3's partitioned optimizer is not
+            # wired up that way: its trust ratio would be per partition, silently wrong.
             raise ValueError(
-                "optimizer lamb needs per-layer tensors, but ZeRO >= 1 gives it flattened partitions "
-                "(trust ratio per partition, not per layer); use zero_stage 0 (plain data parallel), "
-                "engine torch, or optimizer adamw"
+                "optimizer lamb needs per-layer trust ratios, which ZeRO-3's flattened partitions do not "
+                "give it; use zero_stage 0, 1 or 2, engine torch, or optimizer adamw"
             )
         if self.engine == "torch" and self.zero_stage:
             raise ValueError("zero_stage needs engine deepspeed")
