@@ -44,7 +44,10 @@ def cache_root() -> Path:
 def cache_key(data_dir: Path, manifest) -> str:
     files = []
     for e in manifest.files:
-        st = (data_dir / e.name).stat()
+        try:
+            st = (data_dir / e.name).stat()
+        except OSError as err:
+            raise UserError(f"{data_dir / e.name}: {err.strerror or err}") from None
         files.append([e.name, e.sha256, st.st_size, st.st_mtime_ns])
     return stable_hash({"format": FORMAT, "dir": str(data_dir.resolve()), "files": files})
 
