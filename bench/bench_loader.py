@@ -1,100 +1,183 @@
-"""Loader throughput: sequences/s of bert_core.loader (vectorised collation from Arrow buffers) against
-a naive per-row Python collation of the same Parquet rows, measured in the same run.
+"""Loader memory, time to first batch and collation rate at 1x / 4x / 8x of an instances dataset built
+from the shared Gutenberg books, memory-mapped per rank (``storage="mmap"``) against the old
+whole-load path (``storage="memory"``), measured in the same run, interleaved, in fresh processes.
 
-    .venv/bin/python bench/bench_loader.py [--rows 100000] [--seq 128] [--batch 256]
+    .venv/bin/python bench/bench_loader.py [--mb 3] [--dupe 2] [--repeats 3] [--world 8] [--batch 64]
 
-Aim: >= 40,000 sequences/s per process at seq 128.
+Datasets: one shard/vocab job on ``--mb`` MB of books, then the instances job at dupe factors
+d, 4d, 8d (each dupe round has its own seed-derived masks), so the sizes are 1x / 4x / 8x.
+Each measurement is one fresh Python process acting as rank 0 of ``--world`` ranks: peak RSS
+(VmHWM) and anonymous RSS after the dataset is open and ``--batches`` micro batches were collated,
+time from the start of ``InstanceDataset(...)`` to the first batch, and collation rate (seq/s). The
+decoded copy that ``mmap`` maps is built once per dataset before the timed runs (its build time is
+printed separately: it is a once-per-node cost). Then a loader-share measurement: a small BERT
+training step on CPU fed by the loader with and without the prefetch thread.
+Targets (issue 11): mmap peak RSS grows < 10 % from 1x to 8x; time to first batch flat; >= 400k seq/s.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
+PROBE = r"""
+import json, sys, time, resource
+t_import = time.perf_counter()
+import numpy as np, torch
+torch.set_num_threads(1)
 from bert_core.loader import BatchLoader, InstanceDataset
-from contracts.common import stable_hash
-from contracts.schema import Manifest, file_entry, instances_schema
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+data, storage, world, batch, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+base_rss = status("VmRSS:")
+t0 = time.perf_counter()
+ds = InstanceDataset(data, storage=storage)
+loader = BatchLoader(ds, batch, rank=0, world_size=world, seed=0)
+next(loader)
+first = time.perf_counter() - t0
+t1 = time.perf_counter()
+seqs = sum(next(loader)["input_ids"].shape[0] for _ in range(n))
+rate = seqs / (time.perf_counter() - t1)
+print(json.dumps({"rows": len(ds), "first_s": first, "rate": rate, "base_mb": base_rss,
+                  "peak_mb": status("VmHWM:"), "anon_mb": status("RssAnon:"), "file_mb": status("RssFile:")}))
+"""
+
+SHARE = r"""
+import json, sys, time
+import torch
+torch.set_num_threads(int(sys.argv[4]))
+from bert_core.config import preset
+from bert_core.loader import BatchLoader, InstanceDataset
+from bert_core.engine import forward_loss
+from bert_core.model import BertForPreTraining
+ds = InstanceDataset(sys.argv[1])
+torch.manual_seed(0)
+model = BertForPreTraining(preset(sys.argv[2], vocab_size=ds.vocab_size))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+out = {}
+for prefetch in (0, 2, 0, 2):
+    loader = BatchLoader(ds, int(sys.argv[3]), seed=1, prefetch=prefetch)
+    wait = total = 0.0
+    for step in range(int(sys.argv[5]) + 2):
+        t0 = time.perf_counter()
+        batch = next(loader)
+        t1 = time.perf_counter()
+        opt.zero_grad()
+        forward_loss(model, batch).loss.backward()
+        opt.step()
+        if step >= 2:  # the first steps warm up threads and the plan
+            wait += t1 - t0
+            total += time.perf_counter() - t0
+    loader.close()
+    out.setdefault(prefetch, []).append(wait / total)
+print(json.dumps({k: min(v) for k, v in out.items()}))
+"""
 
 
-def _list(lengths: np.ndarray, values: np.ndarray, typ) -> pa.Array:
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
+def build_datasets(shared: Path, tmp: Path, mb: float, dupe: int) -> dict[int, Path]:
+    import ray
+
+    from data_jobs import shard_job, vocab_job
+    from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+    from data_jobs.instances_job import run as instances
+    from data_jobs.ray_util import ensure_ray
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_instances import pick_books
+
+    ensure_ray(None, 2)
+    try:
+        vocab_job.run(VocabConfig(output_dir=str(tmp / "vocab"), vocab_file=str(shared / "vocab/bert-base-uncased-vocab.txt")))
+        books = pick_books(shared / "corpus/gutenberg", mb)
+        shard_job.run(ShardConfig(inputs=[str(b) for b in books], input_format="books", output_dir=str(tmp / "shards"),
+                                  num_shards=4, num_workers=2))
+        out = {}
+        for scale in (1, 4, 8):
+            out[scale] = tmp / f"instances{scale}x"
+            instances(InstancesConfig(shards_dir=str(tmp / "shards"), vocab_dir=str(tmp / "vocab"),
+                                      output_dir=str(out[scale]), max_seq_length=128, dupe_factor=dupe * scale,
+                                      num_workers=2, seed=12345))
+        return out
+    finally:
+        ray.shutdown()
 
 
-def make_dataset(out: Path, rows: int, seq: int, files: int = 4, vocab: int = 30522) -> Path:
-    """Random instances with BERT's length profile: 90 % full length, 10 % short."""
-    rng = np.random.default_rng(0)
-    schema, entries = instances_schema(vocab), []
-    for f in range(files):
-        n = rows // files
-        lens = np.where(rng.random(n) < 0.9, seq, rng.integers(16, seq + 1, n))
-        ids = rng.integers(5, vocab, int(lens.sum())).astype(np.uint16)
-        n_mask = np.minimum(20, np.maximum(1, (lens * 0.15).astype(int)))
-        pos = np.concatenate([np.sort(rng.choice(np.arange(1, l - 1), k, replace=False)) for l, k in zip(lens, n_mask)])
-        table = pa.Table.from_arrays(
-            [_list(lens, ids, pa.uint16()), pa.array((lens // 2).astype(np.uint16)),
-             _list(n_mask, pos.astype(np.uint16), pa.uint16()), _list(n_mask, rng.integers(5, vocab, int(n_mask.sum())).astype(np.uint16), pa.uint16()),
-             pa.array(rng.integers(0, 2, n).astype(np.int8))], schema=schema)
-        path = out / f"part-{f:05d}.parquet"
-        pq.write_table(table, path, compression="zstd")
-        entries.append(file_entry(path, n, shard=f))
-    cfg = {"max_seq_length": seq, "length_bin_size": 32}
-    Manifest(kind="instances", config=cfg, config_hash=stable_hash(cfg), vocab_hash="bench", files=entries,
-             totals={"instances": rows // files * files, "vocab_size": vocab, "max_seq_length": seq,
-                     "max_predictions_per_seq": 20}).write(out)
-    return out
-
-
-def naive_batches(rows: list[dict], batch: int, seq: int, limit: int):
-    """Baseline: rows as Python dicts, padded one by one (what a per-row Dataset + collate_fn does)."""
-    order = np.random.default_rng(0).permutation(len(rows))
-    for b in range(limit):
-        sel = [rows[i] for i in order[b * batch : (b + 1) * batch]]
-        ids, types, mask, pos, labels = [], [], [], [], []
-        for i, r in enumerate(sel):
-            n = len(r["input_ids"])
-            ids.append(r["input_ids"] + [0] * (seq - n))
-            types.append([0] * r["segment_a_len"] + [1] * (n - r["segment_a_len"]) + [0] * (seq - n))
-            mask.append([1] * n + [0] * (seq - n))
-            pos += [i * seq + p for p in r["masked_positions"]]
-            labels += r["masked_ids"]
-        yield {"input_ids": torch.tensor(ids), "token_type_ids": torch.tensor(types), "attention_mask": torch.tensor(mask),
-               "mlm_positions": torch.tensor(pos), "mlm_labels": torch.tensor(labels),
-               "nsp_labels": torch.tensor([r["nsp_label"] for r in sel])}
+def probe(data: Path, storage: str, args, env: dict) -> dict:
+    cmd = [sys.executable, "-c", PROBE, str(data), storage, str(args.world), str(args.batch), str(args.batches)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=256)
-    args = p.parse_args()
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        data = make_dataset(Path(tmp), args.rows, args.seq)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shared-data", default=str(REPO.parent / "shared/data"))
+    ap.add_argument("--mb", type=float, default=3.0, help="megabytes of books for the 1x dataset")
+    ap.add_argument("--dupe", type=int, default=2, help="dupe factor of the 1x dataset (4x, 8x: 4 and 8 times it)")
+    ap.add_argument("--world", type=int, default=8, help="ranks the probe's rank 0 shares the data with")
+    ap.add_argument("--batch", type=int, default=64, help="micro batch per rank")
+    ap.add_argument("--batches", type=int, default=200, help="micro batches collated per probe")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--share-model", default="mini", help="model preset of the loader-share step")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench_loader."))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "BERTFLOW_LOADER_CACHE": str(tmp / "cache")}
+    try:
         t = time.perf_counter()
-        ds = InstanceDataset(data)
-        load_s = time.perf_counter() - t
-        loader = BatchLoader(ds, args.batch, seed=0)
-        n_batches = loader.batches_per_epoch()
-        t = time.perf_counter()
-        seqs = sum(next(loader)["input_ids"].shape[0] for _ in range(n_batches))
-        ours = seqs / (time.perf_counter() - t)
-        limit = max(1, min(n_batches, 40))
-        rows = [r for f in sorted(data.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]  # not timed
-        t = time.perf_counter()
-        base_seqs = sum(b["input_ids"].shape[0] for b in naive_batches(rows, args.batch, args.seq, limit))
-        naive = base_seqs / (time.perf_counter() - t)
-    print(f"rows {args.rows:,}  seq {args.seq}  batch {args.batch}  (dataset load {load_s:.2f} s)")
-    print(f"bert_core.loader      {ours:12,.0f} seq/s")
-    print(f"naive per-row Python  {naive:12,.0f} seq/s")
-    print(f"ratio                 {ours / naive:12.1f}x   (aim: >= 40,000 seq/s per process)")
+        data = build_datasets(Path(args.shared_data), tmp, args.mb, args.dupe)
+        print(f"datasets built from {args.mb} MB of books in {time.perf_counter() - t:.0f} s "
+              f"(instances job, dupe {args.dupe} / {4 * args.dupe} / {8 * args.dupe})")
+        os.environ["BERTFLOW_LOADER_CACHE"] = env["BERTFLOW_LOADER_CACHE"]
+        from bert_core.loader import InstanceDataset
+
+        for scale, d in data.items():  # the once-per-node decode, outside the timed probes
+            t = time.perf_counter()
+            n = len(InstanceDataset(d))
+            print(f"{scale}x: {n:,} instances, {sum(f.stat().st_size for f in d.glob('*.parquet')) / 1e6:.1f} MB "
+                  f"Parquet; decoded copy built in {time.perf_counter() - t:.2f} s")
+        res: dict = {}
+        for _ in range(args.repeats):  # interleaved: every repeat runs every (scale, storage)
+            for scale, d in data.items():
+                for storage in ("memory", "mmap"):
+                    res.setdefault((scale, storage), []).append(probe(d, storage, args, env))
+        med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in res.items()}
+        print(f"\nrank 0 of {args.world}, micro batch {args.batch}, medians of {args.repeats} interleaved runs")
+        print(f"{'scale':>5} {'storage':>7} {'rows':>9} {'peak RSS MB':>11} {'anon MB':>8} {'file MB':>8} "
+              f"{'1st batch s':>11} {'seq/s':>10}")
+        for (scale, storage), m in med.items():
+            print(f"{scale:>4}x {storage:>7} {m['rows']:>9,.0f} {m['peak_mb']:>11.0f} {m['anon_mb']:>8.0f} "
+                  f"{m['file_mb']:>8.0f} {m['first_s']:>11.3f} {m['rate']:>10,.0f}")
+        for storage in ("memory", "mmap"):
+            p1, p8 = med[(1, storage)]["peak_mb"], med[(8, storage)]["peak_mb"]
+            f1, f8 = med[(1, storage)]["first_s"], med[(8, storage)]["first_s"]
+            print(f"{storage}: peak RSS 8x/1x = {p8 / p1:.3f} (target < 1.10 for mmap); "
+                  f"time to first batch 8x/1x = {f8 / f1:.2f}")
+        for scale in data:
+            r = [a["rate"] / b["rate"] for a, b in zip(res[(scale, "mmap")], res[(scale, "memory")])]
+            print(f"{scale}x collation rate mmap/memory: median ratio {statistics.median(r):.2f}")
+        cmd = [sys.executable, "-c", SHARE, str(data[1]), args.share_model, str(args.batch), "1", "8"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if proc.returncode:
+            raise SystemExit(proc.stderr[-2000:])
+        share = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"\nloader share of a {args.share_model} training step (batch {args.batch}, seq <= 128, 1 thread): "
+              f"{100 * share['0']:.2f} % without prefetch, {100 * share['2']:.2f} % with prefetch 2 (time in next())")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

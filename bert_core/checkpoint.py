@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -112,18 +113,20 @@ class CheckpointManager:
         for old in self.all()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
-    def load(self, path: Path, engine, check: bool = True) -> dict[str, Any]:
+    def load(self, path: Path, engine, check: bool = True, same_world: bool = True) -> dict[str, Any]:
         """Restore engine state and this rank's RNG; returns trainer_state.json. ``check=False`` skips
-        the checksum pass when the caller has just run ``verify``."""
+        the checksum pass when the caller has just run ``verify``. ``same_world=False`` (elastic
+        resume): the saved RNG streams belong to other ranks, so none is restored."""
         state = read_state(path)
         if check:
-            verify(path)
+            verify(path, self.rank, same_world)
         rng_file = path / "rng" / f"rank_{self.rank:05d}.pt"
-        if not rng_file.is_file():
+        if same_world and not rng_file.is_file():
             raise UserError(f"{path}: no RNG state for rank {self.rank} (saved with another world size?)")
         try:
             engine.load(path / "engine")
-            set_rng_state(torch.load(rng_file, weights_only=False))
+            if same_world:
+                set_rng_state(torch.load(rng_file, weights_only=False))
         except UserError:
             raise
         except Exception as err:  # a damaged file surfaces as one of many exception types
@@ -139,15 +142,35 @@ def _inventory(directory: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def verify(path: Path) -> None:
+_RANK_FILE = re.compile(r"(?:^|/)(?:rank_(\d{5})\.pt|(?:[a-z0-9]+_)?zero_pp_rank_(\d+)_mp_rank_\d+_\w+\.pt)$")
+
+
+def owner_rank(rel: str) -> Optional[int]:
+    """The rank whose state a checkpoint file holds (its RNG file, its ZeRO shards), None if shared."""
+    m = _RANK_FILE.search(rel)
+    return None if m is None else int(m.group(1) or m.group(2))
+
+
+def files_read_by(rel_names, rank: Optional[int], same_world: bool = True) -> list[str]:
+    """The files a rank reads on resume: every shared file and its own rank files. With another world
+    size (elastic resume) or ``rank=None`` (consolidation, export) every file is read."""
+    if rank is None or not same_world:
+        return list(rel_names)
+    return [r for r in rel_names if owner_rank(r) in (None, rank)]
+
+
+def verify(path: Path, rank: Optional[int] = None, same_world: bool = True) -> None:
     """Refuse a checkpoint whose files differ from the inventory in its COMPLETE marker (one line,
-    naming the first damaged file). Every rank checks, so all of them refuse together."""
+    naming the first damaged file). ``rank``: check only what that rank reads (``files_read_by``),
+    so N ranks hash N shards in all instead of N x N; None checks every file."""
     read_state(path)
     try:
         files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
     except (OSError, ValueError) as err:
         raise UserError(f"{path / MARKER}: corrupt checkpoint marker: {err}") from None
-    for rel, meta in (files or {}).items():  # markers of older checkpoints carry no inventory
+    files = files or {}  # markers of older checkpoints carry no inventory
+    for rel in files_read_by(files, rank, same_world):
+        meta = files[rel]
         f = path / rel
         if not f.is_file():
             raise UserError(f"{f}: missing from the checkpoint")
@@ -155,6 +178,24 @@ def verify(path: Path) -> None:
             raise UserError(f"{f}: size {f.stat().st_size} != {meta['bytes']} recorded at save (truncated?)")
         if sha256_file(f) != meta["sha256"]:
             raise UserError(f"{f}: checksum mismatch (corrupt checkpoint file)")
+
+
+def verify_collective(path: Path, rank: int, same_world: bool = True) -> None:
+    """Every rank checks what it reads, then all ranks share the first problem found, so they all
+    refuse together with the same line (a rank alone would leave the others waiting in a barrier)."""
+    import torch.distributed as dist
+
+    problem = None
+    try:
+        verify(path, rank, same_world)
+    except UserError as err:
+        problem = str(err)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        found: list = [None] * dist.get_world_size()
+        dist.all_gather_object(found, problem)
+        problem = next((p for p in found if p is not None), None)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _write_failure(directory: Path, err: BaseException) -> str:

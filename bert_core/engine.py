@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from bert_core.losses import pretraining_loss
-from bert_core.model import BertForPreTraining
-from bert_core.optim import make_optimizer, make_scheduler
+from bert_core.model import BertForPreTraining, use_fast_paths
+from bert_core.optim import attach_zero_partitions, make_optimizer, make_scheduler
 from bert_core.runtime import device_for
 from bert_core.train_config import TrainConfig, ds_config
 from contracts.common import UserError
@@ -180,7 +180,9 @@ class DeepSpeedEngine:
             dist_init_required=False,
         )
         self.model = self.engine.module
-        if config.optimizer == "lamb":
+        if config.optimizer == "lamb" and config.zero_stage in (1, 2):
+            attach_zero_partitions(optimizer, self.engine.optimizer)  # per-layer trust ratio across ranks
+        elif config.optimizer == "lamb":
             _check_per_layer(optimizer, self.model)
 
     def step(self, micro_batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, float]:
@@ -226,6 +228,8 @@ def _check_per_layer(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -
 
 def make_engine(model: BertForPreTraining, config: TrainConfig, world: World):
     """The engine the config asks for; DeepSpeed expects ``init_distributed`` to have run."""
+    if config.fast_attention or config.compile_blocks:
+        use_fast_paths(model, attention=config.fast_attention, compile_blocks=config.compile_blocks)
     return DeepSpeedEngine(model, config, world) if config.engine == "deepspeed" else TorchEngine(model, config, world)
 
 

@@ -1,20 +1,27 @@
-"""Parquet instance loader: manifest checks, rank-balanced length-binned batches, exact resume cursor.
+"""Instance loader: manifest checks, length-binned global batches, elastic exact-resume cursor.
 
 Shapes: B = micro batch, S = padded sequence length (the bin's upper bound), M = masked tokens in the
-batch, G = B x world (one global micro batch).
+batch, G = global batch = B x grad_accum_steps x world size (the rows of one optimizer step).
 
 Invariants
-- The epoch plan is a pure function of (seed, epoch, world size, micro batch, dataset): every rank
-  computes the same plan and takes its own B-row slice of each global micro batch, so every rank gets
-  exactly the same number of batches whatever the shard sizes, and all ranks of one step share a bin.
-- A global micro batch holds rows of one length bin only (little padding); each bin's tail that does
-  not fill a global batch is left out of that epoch (a different tail each epoch, since it is shuffled).
-- The cursor (epoch, index of the next global batch) is all the state: resuming continues with
-  exactly the next batch.
-- Collation is vectorised over the Arrow offsets/values buffers (no per-row Python).
+- The epoch plan is a pure function of (seed, epoch, dataset, G): every rank computes the same plan.
+  Micro batch k of a global batch is its rows [k*B, (k+1)*B); rank r takes micro batches
+  k = a*world + r for a = 0..accum-1. The B-row groups of a step therefore do not depend on how G is
+  split into world x accumulation, which is what lets a run resume on another world size (elastic).
+- A global batch holds rows of one length bin only (little padding); each bin's tail that does not
+  fill a global batch is left out of that epoch (a different tail each epoch, since it is shuffled).
+- The cursor (epoch, next global batch, next micro batch within it) is all the state.
+- Storage: the columns are memory-mapped from a node-local decoded copy (``loader_cache``), so a
+  rank's memory does not grow with the dataset; only the per-row index (lengths, bins) and the
+  epoch plan (8 bytes a row) are in RAM. ``storage="memory"`` keeps the old whole-load path.
+- Collation is vectorised over flat values/offsets arrays (no per-row Python); a background thread
+  collates the next micro batches (``prefetch``), which never changes what a batch holds.
 """
 from __future__ import annotations
 
+import mmap
+import queue
+import threading
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -23,10 +30,13 @@ import pyarrow.parquet as pq
 import torch
 
 from bert_core.config import ModelConfig
+from bert_core.loader_cache import open_cache
 from contracts.common import UserError
 from contracts.schema import Manifest
+from data_jobs.ragged import gather_ranges
 
 DEFAULT_BIN_SIZE = 32
+RELEASE_EVERY = 64  # micro batches between two release_pages() calls (bounded RSS on mmap storage)
 
 
 class _Ragged:
@@ -51,19 +61,10 @@ class _Ragged:
         return np.diff(self.offsets)
 
 
-def _gather_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + n) for each (s, n), vectorised."""
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    shift = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-    return shift + np.arange(total, dtype=np.int64)
-
-
 class InstanceDataset:
-    """An instances dataset directory, loaded once into flat numpy arrays (uint16 token ids)."""
+    """An instances dataset directory as flat numpy arrays (memory-mapped, or loaded: ``storage``)."""
 
-    def __init__(self, data_dir: str | Path, verify: str = "size"):
+    def __init__(self, data_dir: str | Path, verify: str = "size", storage: str = "mmap"):
         self.dir = Path(data_dir)
         self.manifest = Manifest.read(self.dir, kind="instances")
         problems = self.manifest.verify_files(self.dir, deep=(verify == "deep")) if verify != "none" else []
@@ -79,9 +80,25 @@ class InstanceDataset:
         self.vocab_hash = self.manifest.vocab_hash
         self.vocab_file = totals.get("vocab_file")
         self.bin_size = int(self.manifest.config.get("length_bin_size", DEFAULT_BIN_SIZE))
-        self._load()
+        if storage not in ("mmap", "memory"):
+            raise ValueError(f"storage {storage!r}: choose mmap or memory")
+        self.storage = storage
+        self._map() if storage == "mmap" else self._load()
+        self._check_index()
+
+    def _map(self) -> None:
+        """Columns memory-mapped from the node-local decoded copy (built on first use)."""
+        maps = open_cache(self.dir, self.manifest)
+        self._maps = [m for m in maps.values() if isinstance(m, np.memmap)]  # for release_pages
+        a = {k: np.asarray(m) for k, m in maps.items()}  # plain views: no np.memmap overhead per index
+        self.input_ids = _Ragged(a["ids"], a["ids_off"])
+        self.masked_positions = _Ragged(a["mpos"], a["m_off"])
+        self.masked_ids = _Ragged(a["mids"], a["m_off"])
+        self.segment_a_len, self.nsp_label = a["sega"], a["nsp"]
+        self.lengths = a["lens"]
 
     def _load(self) -> None:
+        """The old path: every column of every file concatenated in RAM (kept for comparison)."""
         cols: dict[str, list] = {k: [] for k in ("input_ids", "segment_a_len", "masked_positions", "masked_ids", "nsp_label")}
         for entry in self.manifest.files:
             try:
@@ -97,13 +114,22 @@ class InstanceDataset:
         self.segment_a_len = flat("segment_a_len", np.int64)
         self.nsp_label = flat("nsp_label", np.int64)
         self.lengths = self.input_ids.lengths()
+
+    def _check_index(self) -> None:
         n = len(self.lengths)
         expected = self.manifest.totals.get("instances")
         if expected is not None and int(expected) != n:
             raise UserError(f"{self.dir}: manifest says {expected} instances, files hold {n}")
         if n and int(self.lengths.max()) > self.max_seq_length:
             raise UserError(f"{self.dir}: an instance is longer than max_seq_length {self.max_seq_length}")
-        self.bins = (np.maximum(self.lengths, 1) - 1) // self.bin_size
+        self.bins = ((np.maximum(self.lengths, 1).astype(np.int64) - 1) // self.bin_size).astype(np.int16)
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far from this process (they stay in the node's page cache, shared):
+        random reads over an epoch would otherwise leave every touched page in the rank's RSS."""
+        for m in getattr(self, "_maps", ()):
+            if m._mmap is not None:
+                m._mmap.madvise(mmap.MADV_DONTNEED)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -136,16 +162,17 @@ class InstanceDataset:
         """Rows -> padded batch. mlm_positions are flat indices into the B*S tokens (row-major)."""
         rows = np.asarray(rows, dtype=np.int64)
         B, S = len(rows), seq_len
-        starts = self.input_ids.offsets[rows]
-        lens = self.lengths[rows]
+        starts = np.asarray(self.input_ids.offsets[rows], dtype=np.int64)
+        lens = np.asarray(self.lengths[rows], dtype=np.int64)
         col_S = np.arange(S, dtype=np.int64)
         valid_BS = col_S[None, :] < lens[:, None]
-        idx_BS = np.where(valid_BS, starts[:, None] + col_S[None, :], 0)
-        ids_BS = np.where(valid_BS, self.input_ids.values[idx_BS], pad_id).astype(np.int64)
-        types_BS = (col_S[None, :] >= self.segment_a_len[rows][:, None]) & valid_BS
-        m_starts = self.masked_positions.offsets[rows]
-        m_lens = self.masked_positions.lengths()[rows]
-        gather_M = _gather_ranges(m_starts, m_lens)
+        # one contiguous read per row (its own pages only), scattered into the padded batch
+        ids_BS = np.full((B, S), pad_id, dtype=np.int64)
+        ids_BS[valid_BS] = self.input_ids.values[gather_ranges(starts, lens)]
+        types_BS = (col_S[None, :] >= np.asarray(self.segment_a_len[rows], dtype=np.int64)[:, None]) & valid_BS
+        m_starts = np.asarray(self.masked_positions.offsets[rows], dtype=np.int64)
+        m_lens = np.asarray(self.masked_positions.offsets[rows + 1], dtype=np.int64) - m_starts
+        gather_M = gather_ranges(m_starts, m_lens)
         row_M = np.repeat(np.arange(B, dtype=np.int64) * S, m_lens)
         positions_M = row_M + self.masked_positions.values[gather_M].astype(np.int64)
         labels_M = self.masked_ids.values[gather_M].astype(np.int64)
@@ -155,76 +182,165 @@ class InstanceDataset:
             "attention_mask": torch.from_numpy(valid_BS.astype(np.int64)),
             "mlm_positions": torch.from_numpy(positions_M),
             "mlm_labels": torch.from_numpy(labels_M),
-            "nsp_labels": torch.from_numpy(self.nsp_label[rows]),
+            "nsp_labels": torch.from_numpy(np.asarray(self.nsp_label[rows], dtype=np.int64)),
         }
 
 
 class BatchLoader:
     """Endless iterator of this rank's micro batches, epoch after epoch, with a resumable cursor."""
 
-    def __init__(self, dataset: InstanceDataset, micro_batch_size: int, rank: int = 0, world_size: int = 1, seed: int = 0, pad_id: int = 0):
+    def __init__(self, dataset: InstanceDataset, micro_batch_size: int, rank: int = 0, world_size: int = 1,
+                 seed: int = 0, pad_id: int = 0, grad_accum_steps: int = 1, prefetch: int = 0):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
         self.ds, self.B, self.rank, self.world, self.seed, self.pad_id = dataset, micro_batch_size, rank, world_size, seed, pad_id
-        self.epoch, self.index = 0, 0
-        self._plan_epoch: Optional[int] = None
-        self._plan = np.zeros((0, self.B * world_size), np.int64)
+        self.accum = grad_accum_steps
+        self.G = micro_batch_size * grad_accum_steps * world_size  # the one global batch of a step
+        self.epoch, self.index, self.micro = 0, 0, 0
+        self._plans: dict[int, np.ndarray] = {}
+        self._plan_lock = threading.Lock()
+        self._prefetch_depth, self._prefetcher = prefetch, None
+        self._collated = 0
         if self.batches_per_epoch() == 0:
             raise UserError(
-                f"{dataset.dir}: too few instances ({len(dataset)}) for one global micro batch of "
-                f"{self.B * world_size} rows from a single length bin (micro_batch_size x world size)"
+                f"{dataset.dir}: too few instances ({len(dataset)}) for one global batch of "
+                f"{self.G} rows from a single length bin (micro_batch_size x grad_accum_steps x world size)"
             )
 
     def plan(self, epoch: int) -> np.ndarray:
         """[batches, G] row ids of one epoch: per-bin shuffles cut into G-row batches, then shuffled."""
-        if self._plan_epoch == epoch:
-            return self._plan
-        G = self.B * self.world
-        rng = np.random.default_rng([self.seed, epoch])
-        chunks = []
-        for b in np.unique(self.ds.bins):
-            rows = rng.permutation(np.flatnonzero(self.ds.bins == b))
-            n = len(rows) // G
-            chunks.append(rows[: n * G].reshape(n, G))
-        plan = np.concatenate(chunks) if chunks else np.zeros((0, G), np.int64)
-        self._plan, self._plan_epoch = plan[rng.permutation(len(plan))], epoch
-        return self._plan
+        with self._plan_lock:  # the prefetch thread and the caller share the cache
+            if epoch in self._plans:
+                return self._plans[epoch]
+            G = self.G
+            rng = np.random.default_rng([self.seed, epoch])
+            chunks = []
+            for b in np.unique(self.ds.bins):
+                rows = rng.permutation(np.flatnonzero(self.ds.bins == b))
+                n = len(rows) // G
+                chunks.append(rows[: n * G].reshape(n, G))
+            plan = np.concatenate(chunks) if chunks else np.zeros((0, G), np.int64)
+            self._plans = {k: v for k, v in self._plans.items() if k >= epoch - 1}  # keep two epochs at most
+            self._plans[epoch] = plan[rng.permutation(len(plan))]
+            return self._plans[epoch]
 
     def batches_per_epoch(self) -> int:
-        G = self.B * self.world
-        return int(sum(int(c) // G for c in np.unique(self.ds.bins, return_counts=True)[1]))
+        """Global batches (optimizer steps) per epoch."""
+        return int(sum(int(c) // self.G for c in np.unique(self.ds.bins, return_counts=True)[1]))
 
     def pad_length(self, rows: np.ndarray) -> int:
         """The bin's upper bound, so a bin always yields one shape (capped at max_seq_length)."""
         top = (int(self.ds.bins[rows[0]]) + 1) * self.ds.bin_size
         return min(top, self.ds.max_seq_length)
 
+    def _step(self, pos: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The position after ``pos``; (epoch, batches, 0) at the end of an epoch, as saved cursors say."""
+        epoch, index, micro = pos
+        return (epoch, index, micro + 1) if micro + 1 < self.accum else (epoch, index + 1, 0)
+
+    def _norm(self, pos: tuple[int, int, int]) -> tuple[int, int, int]:
+        epoch, index, _ = pos
+        return (epoch + 1, 0, 0) if index >= len(self.plan(epoch)) else pos
+
+    def _advance(self, pos: tuple[int, int, int]) -> tuple[int, int, int]:
+        return self._norm(self._step(pos))
+
+    def _rows_at(self, pos: tuple[int, int, int]) -> np.ndarray:
+        epoch, index, micro = self._norm(pos)
+        k = micro * self.world + self.rank
+        return self.plan(epoch)[index, k * self.B : (k + 1) * self.B]
+
+    def _batch_at(self, pos: tuple[int, int, int]) -> dict[str, torch.Tensor]:
+        self._collated += 1
+        if self._collated % RELEASE_EVERY == 0:
+            self.ds.release_pages()
+        rows = self._rows_at(pos)
+        return self.ds.collate(rows, self.pad_length(rows), self.pad_id)
+
     def next_rows(self) -> np.ndarray:
-        plan = self.plan(self.epoch)
-        if self.index >= len(plan):
-            self.epoch, self.index = self.epoch + 1, 0
-            plan = self.plan(self.epoch)
-        rows = plan[self.index, self.rank * self.B : (self.rank + 1) * self.B]
-        self.index += 1
+        pos = self._norm((self.epoch, self.index, self.micro))
+        rows = self._rows_at(pos)
+        self.epoch, self.index, self.micro = self._step(pos)
         return rows
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
-        rows = self.next_rows()
-        return self.ds.collate(rows, self.pad_length(rows), self.pad_id)
+        pos = self._norm((self.epoch, self.index, self.micro))
+        batch = self._prefetched(pos) if self._prefetch_depth > 0 else self._batch_at(pos)
+        self.epoch, self.index, self.micro = self._step(pos)
+        return batch
+
+    def _prefetched(self, pos: tuple[int, int, int]) -> dict[str, torch.Tensor]:
+        """The batch at ``pos`` from the background thread (restarted if the cursor moved under it)."""
+        if self._prefetcher is None or self._prefetcher.next_pos != pos:
+            self.close()
+            self._prefetcher = _Prefetcher(self._batch_at, self._advance, pos, self._prefetch_depth)
+        return self._prefetcher.get()
+
+    def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
+            self._prefetcher = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "world_size": self.world,
-                "micro_batch_size": self.B, "instances": len(self.ds)}
+        return {"epoch": self.epoch, "index": self.index, "micro": self.micro, "seed": self.seed,
+                "global_batch_size": self.G, "micro_batch_size": self.B, "instances": len(self.ds),
+                "world_size": self.world}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the cursor; another world size is fine if the global and micro batch are the same."""
+        state = dict(state)
+        if "global_batch_size" not in state:  # cursors before elastic resume: one micro batch a step
+            state["global_batch_size"] = int(state.get("world_size", 0)) * int(state.get("micro_batch_size", 0))
+            if self.accum != 1:
+                state["global_batch_size"] = None  # its index counted micro batches: cannot map it
         mine = self.state_dict()
-        for key in ("seed", "world_size", "micro_batch_size", "instances"):
+        for key in ("seed", "global_batch_size", "micro_batch_size", "instances"):
             if state.get(key) != mine[key]:
                 raise UserError(
                     f"loader cursor: checkpoint was taken with {key}={state.get(key)}, this run has {mine[key]} "
-                    "(the data order would differ; resume with the same data, world size and batch)"
+                    "(the data order would differ; resume with the same data, global and micro batch)"
                 )
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self.close()
+        self.epoch, self.index, self.micro = int(state["epoch"]), int(state["index"]), int(state.get("micro", 0))
+
+
+class _Prefetcher:
+    """A daemon thread collating the micro batches after ``pos`` into a bounded queue, in order."""
+
+    def __init__(self, make, advance, pos, depth: int):
+        self.next_pos, self._advance = pos, advance
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(make, advance, pos), daemon=True, name="bert-loader")
+        self._thread.start()
+
+    def _run(self, make, advance, pos) -> None:
+        while not self._stop.is_set():
+            try:
+                item = (pos, make(pos))
+            except BaseException as err:  # handed to the consumer, raised there
+                item = (pos, err)
+            while not self._stop.is_set():
+                try:
+                    self._q.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item[1], BaseException):
+                return
+            pos = advance(pos)
+
+    def get(self) -> dict[str, torch.Tensor]:
+        pos, batch = self._q.get()
+        assert pos == self.next_pos, (pos, self.next_pos)
+        if isinstance(batch, BaseException):
+            raise batch
+        self.next_pos = self._advance(pos)
+        return batch
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

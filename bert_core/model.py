@@ -67,7 +67,7 @@ class BertSelfAttention(nn.Module):
             return t_BSD.view(B, S, N, D // N).transpose(1, 2)
 
         q_BNSK, k_BNSK, v_BNSK = heads(self.query(x_BSD)), heads(self.key(x_BSD)), heads(self.value(x_BSD))
-        if mask_B11S is not None and mask_B11S.dtype != q_BNSK.dtype:
+        if mask_B11S is not None and mask_B11S.dtype not in (q_BNSK.dtype, torch.bool):
             # Under autocast the residual stream is fp32 but q is bf16/fp16; SDPA wants matching
             # dtypes. A plain cast rounds finfo(fp32).min to -inf (NaN for an all-padding row).
             mask_B11S = mask_B11S.to(q_BNSK.dtype).clamp(min=torch.finfo(q_BNSK.dtype).min)
@@ -172,6 +172,25 @@ def attention_bias(attention_mask_BS: torch.Tensor | None, dtype: torch.dtype) -
     return torch.where(keep_B11S, zero, neg)
 
 
+def attention_mask_fast(attention_mask_BS: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The mask SDPA gets on the fast path: None when every row is full length (SDPA may then pick
+    the flash kernel, which takes no mask), else a boolean keep-mask [B, 1, 1, S] (memory-efficient
+    kernel, no additive bias tensor in the model's dtype). A row with no token at all keeps the
+    additive bias: a fully masked boolean row would give NaN.
+
+    One host sync per forward decides the path; the outputs equal ``attention_bias``'s (masked keys
+    get exactly zero weight either way), tested on CPU."""
+    if attention_mask_BS is None:
+        return None
+    keep_BS = attention_mask_BS.to(torch.bool)
+    all_full, every_row_has_a_token = torch.stack([keep_BS.all(), keep_BS.any(1).all()]).tolist()
+    if all_full:
+        return None
+    if not every_row_has_a_token:
+        return attention_bias(attention_mask_BS, dtype)
+    return keep_BS[:, None, None, :]
+
+
 def init_bert_weights(module: nn.Module, std: float) -> None:
     """The BERT initialisation, in one place: truncated normal(0, std) clipped at ±2 std for
     weights (as the original TensorFlow code), zero biases, LayerNorm = identity, zero [PAD] row."""
@@ -201,6 +220,7 @@ class BertModel(nn.Module):
         # Span and token heads never read the pooler; without it they have no unused parameters
         # (which DDP/ZeRO would complain about) and their state dicts match HF's key for key.
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.fast_attention = False  # set by use_fast_paths: mask-free / boolean-mask SDPA
         init_bert_weights(self, config.initializer_range)
 
     def forward(
@@ -213,7 +233,8 @@ class BertModel(nn.Module):
         if token_type_ids_BS is None:
             token_type_ids_BS = torch.zeros_like(input_ids_BS)
         x_BSD = self.embeddings(input_ids_BS, token_type_ids_BS)
-        sequence_BSD = self.encoder(x_BSD, attention_bias(attention_mask_BS, x_BSD.dtype))
+        to_mask = attention_mask_fast if self.fast_attention else attention_bias
+        sequence_BSD = self.encoder(x_BSD, to_mask(attention_mask_BS, x_BSD.dtype))
         return sequence_BSD, (self.pooler(sequence_BSD) if self.pooler is not None else None)
 
 
@@ -303,6 +324,24 @@ class BertForPreTraining(nn.Module):
         return PretrainingOutput(mlm_logits, self.cls.seq_relationship(pooled_BD))
 
 
+def use_fast_paths(model: nn.Module, attention: bool = True, compile_blocks: bool = False) -> nn.Module:
+    """GPU step options, off by default (the default path is the bitwise reference):
+
+    - ``attention``: no additive mask when a batch's rows are all full length (flash SDPA), a
+      boolean mask otherwise (``attention_mask_fast``);
+    - ``compile_blocks``: ``nn.Module.compile()`` in place on every encoder block (not the heads:
+      their row count M changes every batch, which would recompile), so
+      inductor fuses bias+GELU and dropout+residual+LayerNorm; parameter names are unchanged (no
+      ``_orig_mod.`` prefix), so DeepSpeed, checkpoints and export see the same module tree.
+    """
+    bert = model.bert if hasattr(model, "bert") else model
+    bert.fast_attention = attention
+    if compile_blocks:
+        for block in bert.encoder.layer:  # one shape per length bin: a few static graphs
+            block.compile(dynamic=False)
+    return model
+
+
 def flat_positions(positions_BP: torch.Tensor, valid_BP: torch.Tensor, seq_len: int) -> torch.Tensor:
     """Per-row masked positions [B, P] (padded; ``valid_BP`` marks real ones) -> flat indices [M]
     into the B*S tokens, row-major: the ``mlm_positions_M`` that ``BertForPreTraining`` takes."""
@@ -316,6 +355,8 @@ __all__ = [
     "BertForPreTraining",
     "PretrainingOutput",
     "attention_bias",
+    "attention_mask_fast",
     "flat_positions",
     "init_bert_weights",
+    "use_fast_paths",
 ]

@@ -2,8 +2,10 @@
 
 LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning") scales each parameter tensor's
 Adam update by a trust ratio ||w|| / ||update||. That ratio is *per layer*: handed a flattened
-partition (what DeepSpeed ZeRO >= 1 or its bf16/fp16 wrappers give an optimizer) it silently becomes
-per partition, which is why ``TrainConfig`` refuses those combinations.
+partition (what DeepSpeed ZeRO >= 1 gives an optimizer) it would silently become per partition. Under
+ZeRO-1/2, ``attach_zero_partitions`` tells LAMB which slices of its flat partition belong to which
+parameter; the squared norms of those slices are summed over the ranks (one all-reduce per group),
+so the ratio is per layer again. ZeRO-3 stays refused by ``TrainConfig``.
 """
 from __future__ import annotations
 
@@ -53,6 +55,36 @@ class Lamb(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, max_trust_ratio=max_trust_ratio)
         super().__init__(params, defaults)
 
+        # id(flat ZeRO partition) -> its layout (attach_zero_partitions); empty = per-tensor params
+        self.partitions: dict[int, "PartitionLayout"] = {}
+
+    def _update(self, p: torch.Tensor, group: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(fp32 weights, Adam update + decoupled weight decay) of one tensor; moments updated."""
+        beta1, beta2 = group["betas"]
+        grad = p.grad.float()
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        state["step"] += 1
+        t = float(state["step"])
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(beta1).add_(grad, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        m_hat = m / (1 - beta1**t)
+        v_hat = v / (1 - beta2**t)
+        update = m_hat / (v_hat.sqrt() + group["eps"])
+        w = p.float()
+        if group["weight_decay"]:
+            update.add_(w, alpha=group["weight_decay"])
+        return w, update
+
+    @staticmethod
+    def _trust(w_sq: torch.Tensor, u_sq: torch.Tensor, max_ratio: float) -> torch.Tensor:
+        w_norm, u_norm = w_sq.sqrt(), u_sq.sqrt()
+        return torch.where((w_norm > 0) & (u_norm > 0), (w_norm / u_norm).clamp(max=max_ratio), torch.ones_like(w_norm))
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -60,27 +92,14 @@ class Lamb(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad = p.grad.float()
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                state["step"] += 1
-                t = float(state["step"])
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                m_hat = m / (1 - beta1**t)
-                v_hat = v / (1 - beta2**t)
-                update = m_hat / (v_hat.sqrt() + group["eps"])
-                w = p.float()
-                if group["weight_decay"]:
-                    update.add_(w, alpha=group["weight_decay"])
+                layout = self.partitions.get(id(p))
+                if layout is not None:
+                    self._step_partition(p, group, layout)
+                    continue
+                w, update = self._update(p, group)
                 w_norm, u_norm = w.norm(), update.norm()
                 trust = torch.where(
                     (w_norm > 0) & (u_norm > 0),
@@ -89,6 +108,54 @@ class Lamb(torch.optim.Optimizer):
                 )
                 p.copy_(w - group["lr"] * trust * update)
         return loss
+
+    def _step_partition(self, p: torch.Tensor, group: dict, layout: "PartitionLayout") -> None:
+        """One flat ZeRO-1/2 partition: per-parameter squared norms of its slices, summed over the
+        ranks holding the other slices (one all-reduce), so the trust ratio is per layer again."""
+        import torch.distributed as dist
+
+        w, update = self._update(p, group)
+        sq_2P = torch.zeros(2, layout.n_params, dtype=torch.float32, device=p.device)
+        for j, off, n in layout.segments:
+            sq_2P[0, j] += w.narrow(0, off, n).square().sum()
+            sq_2P[1, j] += update.narrow(0, off, n).square().sum()
+        if layout.world > 1:
+            dist.all_reduce(sq_2P, group=layout.process_group)
+        trust_P = self._trust(sq_2P[0], sq_2P[1], group["max_trust_ratio"])
+        for j, off, n in layout.segments:  # padding outside every segment keeps update 0 (zero grad and weight)
+            update.narrow(0, off, n).mul_(trust_P[j])
+        p.copy_(w - group["lr"] * update)
+
+
+class PartitionLayout:
+    """Which slices of one rank's flat ZeRO partition belong to which parameter of its group:
+    ``segments`` = [(parameter index in the group, offset in the partition, length)]."""
+
+    def __init__(self, n_params: int, segments: list[tuple[int, int, int]], process_group, world: int):
+        self.n_params, self.segments, self.process_group, self.world = n_params, segments, process_group, world
+
+
+def attach_zero_partitions(lamb: Lamb, zero_optimizer) -> None:
+    """Give LAMB the parameter layout of DeepSpeed ZeRO-1/2's flat fp32 partitions.
+
+    DeepSpeed flattens each param group (in ``round_robin_bit16_groups`` order, each tensor followed
+    by its alignment padding) and gives rank r the slice [r*size, (r+1)*size) as the group's only
+    tensor; intersecting the tensors' ranges with that slice recovers the per-parameter pieces."""
+    import torch.distributed as dist
+
+    lamb.partitions = {}
+    for i, flat in enumerate(zero_optimizer.single_partition_of_fp32_groups):
+        pg = zero_optimizer.real_dp_process_group[i]
+        size = int(zero_optimizer.partition_size[i])
+        start = size * dist.get_rank(group=pg)
+        segments, cur = [], 0
+        metas, pads = zero_optimizer.round_robin_bit16_meta[i], zero_optimizer.round_robin_bit16_padding[i]
+        for j, (meta, pad) in enumerate(zip(metas, pads)):
+            lo, hi = max(cur, start), min(cur + meta.numel(), start + size)
+            if lo < hi:
+                segments.append((j, lo - start, hi - lo))
+            cur += meta.numel() + pad
+        lamb.partitions[id(flat)] = PartitionLayout(len(metas), segments, pg, dist.get_world_size(group=pg))
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:

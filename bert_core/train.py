@@ -20,14 +20,14 @@ from typing import Any, Optional
 import torch.distributed as dist
 
 from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
-                                 resolve_checkpoint, step_of, verify)
+                                 resolve_checkpoint, step_of, verify_collective)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
 from bert_core.identity import identity
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
 from bert_core.runtime import seed_all
-from bert_core.train_config import TrainConfig, ds_config
+from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops, read_metrics
 from contracts.common import NO_OUTPUT, Status, UserError, build_config, write_json_atomic
 
@@ -161,6 +161,7 @@ class _Plan:
     run_dir: Path
     ckpt: CheckpointManager
     latest: Optional[Path]
+    config: TrainConfig  # the run's config, its accumulation adjusted on an elastic resume
 
 
 def _check(config: TrainConfig, resume: bool) -> _Plan:
@@ -168,20 +169,23 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
-    config.global_batch(world.world_size)
+    if not resume:  # a resumed run checks it below, on the accumulation of its world size
+        config.global_batch(world.world_size)
     vocab = _vocab_file(dataset)
     init_state = _init_weights(config, dataset, mc, vocab)
     run_dir = Path(config.output_dir)
     _prepare_run_dir(config, run_dir, resume)
     ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
     latest = ckpt.latest() if resume else None
+    run_config = config
     if latest is not None:
-        verify(latest)  # a damaged file is refused before anything is written
-        saved_world = read_state(latest).get("world_size", world.world_size)
-        if saved_world != world.world_size:
-            raise UserError(f"--resume: {latest} was written by {saved_world} ranks, this launch has "
-                            f"{world.world_size} (the data order and optimizer shards depend on it)")
-    return _Plan(world, dataset, mc, vocab, init_state, run_dir, ckpt, latest)
+        saved = read_state(latest)
+        same_world = saved.get("world_size", world.world_size) == world.world_size
+        verify_collective(latest, world.rank, same_world)  # a damaged file is refused before any write
+        if not same_world:
+            run_config = elastic_config(config, saved, world.world_size, latest)
+    run_config.global_batch(world.world_size)
+    return _Plan(world, dataset, mc, vocab, init_state, run_dir, ckpt, latest, run_config)
 
 
 def _build(config: TrainConfig, plan: _Plan):
@@ -195,11 +199,14 @@ def _build(config: TrainConfig, plan: _Plan):
     engine = make_engine(model, config, world)
     seed_all(config.seed + 1 + world.rank)  # dropout differs across ranks, reproducibly
     loader = BatchLoader(plan.dataset, config.micro_batch_size, world.rank, world.world_size, config.seed,
-                         plan.model_config.pad_token_id)
+                         plan.model_config.pad_token_id, grad_accum_steps=config.grad_accum_steps, prefetch=2)
     state = {"step": 0, "tokens_seen": 0}
     if plan.latest is not None:
-        state = plan.ckpt.load(plan.latest, engine, check=False)  # also restores this rank's RNG states
+        same_world = read_state(plan.latest).get("world_size", world.world_size) == world.world_size
+        state = plan.ckpt.load(plan.latest, engine, check=False, same_world=same_world)  # + this rank's RNG
         loader.load_state_dict(state["loader"])
+        if not same_world:  # the saved RNG streams were other ranks': a fresh one per (step, rank)
+            seed_all(config.seed + 1 + world.rank + 1_000_003 * int(state["step"]))
     return engine, loader, int(state["step"]), int(state["tokens_seen"])
 
 
@@ -212,6 +219,7 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash(),
                                                  "inputs": input_identity(config)})
+    config = plan.config
     engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,
                            log_every=config.log_every, tensorboard=config.tensorboard,
@@ -235,6 +243,7 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
                          "lowercase": bool(plan.dataset.manifest.totals.get("lowercase", True))}
                 last = plan.ckpt.save(step, engine, state, files)
     finally:
+        loader.close()
         logger.close()
     return TrainResult(run_dir, last, run_dir / METRICS_FILE, record)
 

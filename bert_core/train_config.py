@@ -50,6 +50,13 @@ class TrainConfig(StrictModel):
         "fp32", description="fp16 needs a GPU; bf16 runs on CPUs with AVX-512-BF16 and on GPUs"
     )
 
+    fast_attention: bool = Field(
+        False, description="SDPA without a mask for full-length batches (flash), boolean mask otherwise"
+    )
+    compile_blocks: bool = Field(
+        False, description="torch.compile each encoder block (fuses bias+GELU, dropout+residual+LayerNorm)"
+    )
+
     # --- optimisation ------------------------------------------------------------------------
     optimizer: Literal["adamw", "lamb"] = Field("adamw", description="AdamW, or LAMB with per-layer trust ratio")
     lr: float = Field(1e-4, gt=0.0, description="peak learning rate")
@@ -94,15 +101,14 @@ class TrainConfig(StrictModel):
             raise ValueError(f"unknown model preset {self.model!r}; choose one of {', '.join(PRESETS)}")
         if not isinstance(self.model, str) and self.model_overrides:
             raise ValueError("model_overrides only apply to a preset name, not to a full model mapping")
-        if self.optimizer == "lamb" and self.engine == "deepspeed" and self.zero_stage > 0:
-            # ZeRO >= 1 hands the optimizer one flattened partition per rank, so a LAMB trust ratio
-            # would be computed per partition instead of per layer: silently wrong. (At stage 0,
-            # DeepSpeed's bf16/fp16 wrapper keeps per-parameter fp32 copies for a client optimizer
-            # that is not its FusedAdam; the engine re-checks the shapes it actually got.)
+        if self.optimizer == "lamb" and self.engine == "deepspeed" and self.zero_stage == 3:
+            # ZeRO-1/2 hand LAMB one flat fp32 partition per rank; the engine tells LAMB which slices
+            # belong to which parameter and LAMB all-reduces their squared norms (per-layer trust
+            # ratio, bert_core.optim.attach_zero_partitions). ZeRO-3's partitioned optimizer is not
+            # wired up that way: its trust ratio would be per partition, silently wrong.
             raise ValueError(
-                "optimizer lamb needs per-layer tensors, but ZeRO >= 1 gives it flattened partitions "
-                "(trust ratio per partition, not per layer); use zero_stage 0 (plain data parallel), "
-                "engine torch, or optimizer adamw"
+                "optimizer lamb needs per-layer trust ratios, which ZeRO-3's flattened partitions do not "
+                "give it; use zero_stage 0, 1 or 2, engine torch, or optimizer adamw"
             )
         if self.engine == "torch" and self.zero_stage:
             raise ValueError("zero_stage needs engine deepspeed")
@@ -182,3 +188,30 @@ def ds_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
     if config.precision == "fp16":
         cfg["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1})
     return cfg
+
+
+def elastic_config(config: TrainConfig, saved: dict[str, Any], world_size: int, where: Any) -> TrainConfig:
+    """The config of a run resumed on another world size: the saved global batch is kept and the
+    accumulation absorbs the change (global = micro x accumulation x world, as ``global_batch``).
+
+    Only state that does not depend on the world size can move: DeepSpeed ZeRO >= 1 shards (and its
+    bf16 wrapper partitions) the optimizer state per rank and refuses another world size on load."""
+    saved_world = int(saved.get("world_size", world_size))
+    if config.engine == "deepspeed" and (config.zero_stage > 0 or config.precision != "fp32"):
+        raise UserError(
+            f"--resume: {where} was written by {saved_world} ranks, this launch has {world_size}; resuming on "
+            "another world size needs zero_stage 0 and precision fp32 (DeepSpeed partitions ZeRO and bf16 "
+            "optimizer state per rank and cannot repartition it on load)"
+        )
+    cursor = saved.get("loader", {})
+    global_batch = int(cursor.get("global_batch_size") or
+                       config.micro_batch_size * config.grad_accum_steps * saved_world)
+    per = config.micro_batch_size * world_size
+    if global_batch % per:
+        raise UserError(
+            f"--resume: the global batch {global_batch} of {where} is not a multiple of micro_batch_size "
+            f"{config.micro_batch_size} x world size {world_size}; launch a world size that divides it"
+        )
+    resumed = config.model_copy(update={"grad_accum_steps": global_batch // per})
+    resumed.global_batch(world_size)  # global_batch_size, if set, still agrees
+    return resumed

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from data_jobs.instance_stats import add_counts, new_stats
 from data_jobs.masking import KEEP, MASK, RANDOM, mask_batch
+from data_jobs.ragged import gather_ranges as _gather_ranges
 
 def derive_seed(*parts: object) -> int:
     """A 64-bit seed from any tuple of ints/strings (stable across processes, unlike hash())."""
@@ -386,13 +387,6 @@ def round_pairs(ctx: ShardContext, round_index: int) -> tuple[list[Pair], int, i
         n_short += short
         n_short_pairs += len(got) if short else 0
     return pairs, n_docs, n_short, n_short_pairs
-
-
-def _gather_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + n) for every (s, n), without a Python loop."""
-    total = int(lens.sum())
-    ends = np.cumsum(lens)
-    return np.repeat(starts - (ends - lens), lens) + np.arange(total)
 
 
 def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:

@@ -1,7 +1,10 @@
 """Shared fixtures. Tests needing ../shared/data skip with a clear reason where it is absent."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+if "BERTFLOW_LOADER_CACHE" not in os.environ:  # the loader's decoded copies: not in ~/.cache
+    os.environ["BERTFLOW_LOADER_CACHE"] = tempfile.mkdtemp(prefix="bertflow-loader-cache-")
+    atexit.register(shutil.rmtree, os.environ["BERTFLOW_LOADER_CACHE"], True)
 
 
 @pytest.fixture(scope="session")

@@ -101,3 +101,28 @@ def test_bad_checkpoint_paths(tmp_path):
     victim.write_bytes(good)
     with pytest.raises(UserError, match="rank_00000.pt: missing from the checkpoint"):
         load_model_from_checkpoint(path)
+
+
+def test_each_rank_verifies_only_what_it_reads():
+    from bert_core.checkpoint import files_read_by, owner_rank
+
+    names = ["trainer_state.json", "rng/rank_00000.pt", "rng/rank_00001.pt", "engine/ds/mp_rank_00_model_states.pt",
+             "engine/ds/zero_pp_rank_0_mp_rank_00_optim_states.pt", "engine/ds/zero_pp_rank_1_mp_rank_00_optim_states.pt",
+             "engine/ds/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert [owner_rank(n) for n in names] == [None, 0, 1, None, 0, 1, 1]
+    assert files_read_by(names, 1) == [names[0], names[2], names[3], names[5], names[6]]
+    assert files_read_by(names, 0, same_world=False) == names and files_read_by(names, None) == names
+
+
+def test_elastic_resume_keeps_the_global_batch_or_refuses():
+    from bert_core.train_config import TrainConfig, elastic_config
+    from contracts.common import build_config
+
+    base = {"data_dir": "d", "output_dir": "o", "engine": "deepspeed", "micro_batch_size": 4, "grad_accum_steps": 1}
+    saved = {"world_size": 4, "loader": {"global_batch_size": 16}}
+    cfg = elastic_config(build_config(TrainConfig, base, "t"), saved, 2, "ck")
+    assert cfg.grad_accum_steps == 2 and cfg.global_batch(2) == 16
+    with pytest.raises(UserError, match="not a multiple of micro_batch_size 4 x world size 3"):
+        elastic_config(build_config(TrainConfig, base, "t"), saved, 3, "ck")
+    with pytest.raises(UserError, match="needs zero_stage 0 and precision fp32"):
+        elastic_config(build_config(TrainConfig, {**base, "zero_stage": 2}, "t"), saved, 2, "ck")

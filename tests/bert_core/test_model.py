@@ -228,3 +228,60 @@ def test_training_gradients_match_transformers():
     ours = dict(model.named_parameters())
     for name, p in hf.named_parameters():
         torch.testing.assert_close(ours[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _fwd_bwd(model, ids, types, mask, dtype=None):
+    model.zero_grad(set_to_none=True)
+    ctx = torch.autocast("cpu", dtype=dtype) if dtype else torch.autocast("cpu", enabled=False)
+    with ctx:
+        out = model(ids, types, mask, mlm_positions_M=torch.tensor([0, 5, 17, 30]))
+    (out.mlm_logits.float().logsumexp(-1).sum() + out.nsp_logits_B2.float().sum()).backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("rows", ["padded", "full", "empty_row"])
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fast_attention_path_equals_the_additive_mask(rows, dtype):
+    """Mask-free SDPA (full-length batch), boolean mask (padded batch) and the additive fallback
+    (a row with no token) give the outputs and gradients of the reference additive-bias path."""
+    from bert_core.model import attention_mask_fast, use_fast_paths
+
+    config = tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(5)
+    model = BertForPreTraining(config).train()
+    ids, types, mask = batch(config)
+    if rows == "full":
+        mask = torch.ones_like(mask)
+    elif rows == "empty_row":
+        mask[2] = 0
+    fast = attention_mask_fast(mask, torch.float32)
+    kind = {"full": type(None), "padded": torch.Tensor, "empty_row": torch.Tensor}[rows]
+    assert isinstance(fast, kind) and (rows != "padded" or fast.dtype == torch.bool)
+    ref_out, ref_grads = _fwd_bwd(model, ids, types, mask, dtype)
+    use_fast_paths(model, attention=True)
+    out, grads = _fwd_bwd(model, ids, types, mask, dtype)
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype is None else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(out.mlm_logits, ref_out.mlm_logits, **tol)
+    torch.testing.assert_close(out.nsp_logits_B2, ref_out.nsp_logits_B2, **tol)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], **tol, msg=name)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_equal_eager():
+    """compile_blocks (inductor fuses bias+GELU, dropout+residual+LayerNorm): same forward and
+    gradients as eager within float32 reordering, keys of the state dict unchanged."""
+    from bert_core.model import use_fast_paths
+
+    config = tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_hidden_layers=1)
+    torch.manual_seed(6)
+    model = BertForPreTraining(config).train()
+    ids, types, mask = batch(config)
+    keys = list(model.state_dict())
+    ref_out, ref_grads = _fwd_bwd(model, ids, types, mask)
+    use_fast_paths(model, attention=True, compile_blocks=True)
+    out, grads = _fwd_bwd(model, ids, types, mask)
+    assert list(model.state_dict()) == keys
+    torch.testing.assert_close(out.mlm_logits, ref_out.mlm_logits, atol=1e-5, rtol=1e-4)
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -39,7 +39,8 @@ def test_lamb_first_step_matches_the_formula_per_tensor():
 
 
 def test_lamb_on_a_flattened_partition_differs():
-    """Why LAMB is refused under ZeRO: the same two tensors flattened into one give another update."""
+    """Why LAMB needs the partition layout under ZeRO: the same two tensors flattened into one,
+    without it, give another update."""
     torch.manual_seed(1)
     a, b = torch.randn(6) * 5.0, torch.randn(6) * 0.05
     ga, gb = torch.randn(6), torch.randn(6)
@@ -77,17 +78,38 @@ def test_no_weight_decay_on_biases_and_layernorm():
     assert isinstance(make_optimizer(model, cfg), Lamb)
 
 
-@pytest.mark.parametrize(
-    "extra",
-    [{"engine": "deepspeed", "zero_stage": 1}, {"engine": "deepspeed", "zero_stage": 2},
-     {"engine": "deepspeed", "zero_stage": 3, "precision": "bf16"}],
-)
+@pytest.mark.parametrize("extra", [{"engine": "deepspeed", "zero_stage": 3, "precision": "bf16"},
+                                   {"engine": "deepspeed", "zero_stage": 3}])
 def test_lamb_is_refused_where_deepspeed_flattens_tensors(extra):
-    with pytest.raises(UserError, match="lamb needs per-layer tensors"):
+    with pytest.raises(UserError, match="lamb needs per-layer trust ratios"):
         build_config(TrainConfig, {**BASE, "optimizer": "lamb", **extra})
 
 
+def test_lamb_on_a_described_partition_equals_per_tensor_lamb():
+    """A flat partition [a | padding | b] whose layout is attached steps exactly like LAMB on a and b
+    (one rank: the all-reduce is skipped; the 2-rank case is tests/bert_core/test_lamb_zero.py)."""
+    from bert_core.optim import PartitionLayout
+
+    torch.manual_seed(1)
+    a, b = torch.randn(6) * 5.0, torch.randn(5) * 0.05
+    ga, gb = torch.randn(6), torch.randn(5)
+    pa, pb = torch.nn.Parameter(a.clone()), torch.nn.Parameter(b.clone())
+    ref = Lamb([pa, pb], lr=0.1)
+    flat = torch.nn.Parameter(torch.cat([a, torch.zeros(3), b]))
+    lamb = Lamb([flat], lr=0.1)
+    lamb.partitions[id(flat)] = PartitionLayout(2, [(0, 0, 6), (1, 9, 5)], None, 1)
+    for step in range(3):
+        pa.grad, pb.grad = ga * (step + 1), gb / (step + 1)
+        flat.grad = torch.cat([pa.grad, torch.zeros(3), pb.grad])
+        ref.step(), lamb.step()
+    torch.testing.assert_close(flat.detach()[:6], pa.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(flat.detach()[9:], pb.detach(), atol=1e-6, rtol=1e-6)
+    assert flat.detach()[6:9].eq(0).all()  # padding stays zero
+
+
 def test_lamb_is_allowed_with_per_layer_tensors():
+    build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "zero_stage": 1})
+    build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "zero_stage": 2, "precision": "bf16"})
     build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "zero_stage": 0})
     build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "deepspeed", "precision": "bf16"})
     build_config(TrainConfig, {**BASE, "optimizer": "lamb", "engine": "torch", "precision": "bf16"})
