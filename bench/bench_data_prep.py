@@ -28,7 +28,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
