@@ -75,11 +75,11 @@ class Workers:
     tokenizer) are started once. ``preload``: modules the local fork server imports once for all
     workers (each fan-out's function module is added)."""
 
-    def __init__(self, max_in_flight: int = 1, *, num_cpus: float = 1, engine: str = "auto",
+    def __init__(self, max_in_flight: int = 1, *, num_cpus: float = 1, num_gpus: float = 0, engine: str = "auto",
                  ray_address: Optional[str] = None, preload: Sequence[str] = ()) -> None:
         self.limit = max(1, int(max_in_flight))
         self.kind = resolve_engine(engine, ray_address)
-        self.num_cpus, self.ray_address, self.preload = num_cpus, ray_address, list(preload)
+        self.num_cpus, self.num_gpus, self.ray_address, self.preload = num_cpus, num_gpus, ray_address, list(preload)
         self._executor: Optional[ProcessPoolExecutor] = None
 
     def __enter__(self) -> "Workers":
@@ -108,7 +108,8 @@ class Workers:
         where, shared = where or desc, shared or {}
         with tqdm(total=len(calls), desc=desc, unit=unit, disable=None, file=sys.stderr) as bar:
             if self.kind == "ray":
-                return _run_ray(fn, calls, limit, self.num_cpus, self.ray_address, shared, max_retries, where, bar)
+                return _run_ray(fn, calls, limit, (self.num_cpus, self.num_gpus), self.ray_address, shared, max_retries,
+                                where, bar)
             if self.limit == 1 or (limit == 1 and self._executor is None):
                 return _run_here(fn, calls, shared, where, bar)
             return _run_pool(self._pool(fn), fn, calls, limit, shared, where, bar)
@@ -125,10 +126,13 @@ class Workers:
 
 
 def fan_out(fn: Callable, calls: Sequence[tuple], *, desc: str, max_in_flight: int = 1, num_cpus: float = 1,
-            engine: str = "auto", ray_address: Optional[str] = None, shared: Optional[dict] = None,
-            max_retries: int = 0, where: Optional[str] = None, unit: str = "task") -> list:
-    """One fan-out on its own workers: ``Workers(...).map(fn, calls, ...)`` (see Workers.map)."""
-    with Workers(max_in_flight, num_cpus=num_cpus, engine=engine, ray_address=ray_address) as workers:
+            num_gpus: float = 0, engine: str = "auto", ray_address: Optional[str] = None,
+            shared: Optional[dict] = None, max_retries: int = 0, where: Optional[str] = None,
+            unit: str = "task") -> list:
+    """One fan-out on its own workers: ``Workers(...).map(fn, calls, ...)`` (see Workers.map).
+    ``num_gpus`` is what each Ray task declares (the local engine has no GPU scheduling)."""
+    with Workers(max_in_flight, num_cpus=num_cpus, num_gpus=num_gpus, engine=engine,
+                 ray_address=ray_address) as workers:
         return workers.map(fn, calls, desc=desc, shared=shared, max_retries=max_retries, where=where, unit=unit)
 
 
@@ -199,14 +203,15 @@ def _run_pool(ex: ProcessPoolExecutor, fn, calls, limit, shared, where, bar) -> 
     return results
 
 
-def _run_ray(fn, calls, limit, num_cpus, ray_address, shared, max_retries, where, bar) -> list:
+def _run_ray(fn, calls, limit, resources, ray_address, shared, max_retries, where, bar) -> list:
     import ray
 
     from data_jobs.ray_util import ensure_ray
 
     ensure_ray(ray_address)
     # Named after the function, not the wrapper: the dashboard and state API show what ran where.
-    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries)(_ray_call).options(
+    num_cpus, num_gpus = resources
+    remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_retries=max_retries)(_ray_call).options(
         name=getattr(fn, "__name__", "task"))
     keys = tuple(shared)
     refs = [ray.put(shared[k]) for k in keys]

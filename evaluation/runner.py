@@ -1,7 +1,7 @@
 """Spreads evaluation jobs over Ray: every (task, learning rate, seed) — or every checkpoint — is one
 Ray task declaring ``cpus_per_task`` / ``gpus_per_task``, so a cluster runs them side by side.
 
-This is the only evaluation module that imports Ray. A job is a plain top-level function of JSON-able
+Ray is reached only through the one fan-out helper (``data_jobs.fanout``). A job is a plain top-level function of JSON-able
 arguments returning a JSON-able dict; ``use_ray=False`` runs the same functions one after another in
 this process (handy for debugging and for machines without Ray). Results come back in job order, so
 the gathered results never depend on which task finished first.
@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
-
-from tqdm.auto import tqdm
+from typing import Callable, Optional, Sequence
 
 from bert_core.identity import identity
-from contracts.common import NO_OUTPUT, Status, UserError, write_json_atomic
-from data_jobs.ray_util import ensure_ray
+from contracts.common import NO_OUTPUT, Status, write_json_atomic
+from data_jobs.fanout import fan_out
 from evaluation.config import EvalBase
 
 RESULTS, STAGE_RECORD = "results.json", "stage.json"
@@ -26,38 +24,18 @@ Job = Callable[..., dict]
 
 
 def run_jobs(fn: Job, jobs: Sequence[tuple], cfg: EvalBase, desc: str) -> list[dict]:
-    """Run ``fn(*args)`` for every args tuple in ``jobs``; returns their results in ``jobs`` order."""
+    """Run ``fn(*args)`` for every args tuple in ``jobs``; returns their results in ``jobs`` order.
+
+    ``use_ray``: one Ray task per job (``cpus_per_task``/``gpus_per_task`` each, all submitted: Ray
+    packs them onto the cluster); else one after another in this process. Either way through the one
+    fan-out helper, so a job's UserError comes back as the same one line.
+    """
     if not jobs:
         return []
-    if not cfg.use_ray:
-        return [fn(*args) for args in tqdm(jobs, desc=desc, disable=not cfg.show_progress)]
-    import ray
-    from ray.exceptions import RayTaskError
-
-    ensure_ray(cfg.ray_address)
-    remote = ray.remote(fn).options(
-        num_cpus=cfg.cpus_per_task,
-        num_gpus=cfg.gpus_per_task,
-        max_retries=0,  # a failed fine-tune fails the same way again; report it instead
-    )
-    refs = [remote.remote(*args) for args in jobs]
-    index = {ref: i for i, ref in enumerate(refs)}
-    results: list[Any] = [None] * len(refs)
-    pending = list(refs)
-    with tqdm(total=len(refs), desc=desc, disable=not cfg.show_progress) as bar:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            try:
-                results[index[done[0]]] = ray.get(done[0])
-            except RayTaskError as err:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-                cause = getattr(err, "cause", None)
-                if isinstance(cause, UserError):
-                    raise UserError(str(cause)) from None
-                raise
-            bar.update(1)
-    return results
+    # A failed fine-tune fails the same way again: max_retries 0, report it instead.
+    return fan_out(fn, jobs, desc=desc, max_in_flight=len(jobs) if cfg.use_ray else 1,
+                   num_cpus=cfg.cpus_per_task, num_gpus=cfg.gpus_per_task,
+                   engine="ray" if cfg.use_ray else "local", ray_address=cfg.ray_address, max_retries=0)
 
 
 def progress(cfg: EvalBase) -> bool:
