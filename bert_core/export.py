@@ -19,24 +19,11 @@ import torch
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
-from contracts.common import ArgParser, NO_OUTPUT, Status, UserError, run_main, write_json_atomic
+from bert_core.stage import EXPORT_RECORD, export_status
+from contracts.common import ArgParser, UserError, run_main, write_json_atomic
 
-EXPORT_RECORD = "exported_from.json"  # the checkpoint's content identity: what `status` compares
-
-
-def status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:
-    """done when ``out_dir`` holds the export of exactly this checkpoint's content, else absent."""
-    out = Path(out_dir)
-    try:
-        record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Status("absent", NO_OUTPUT if not out.exists() else "no export record")
-    if not isinstance(record, dict) or record.get("source") != identity(resolve_checkpoint(checkpoint_or_run_dir)):
-        return Status("absent", "inputs changed: checkpoint")
-    missing = [n for n in record.get("files", []) if not (out / n).is_file()]
-    if missing:
-        return Status("absent", f"{len(missing)} files missing")
-    return Status("done", "complete")
+# The export stage's status is torch-free (bert_core.stage); it is this job's own answer.
+status = export_status
 
 
 def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:

@@ -12,80 +12,27 @@ run directory, resume config) happens before anything is written, on every rank 
 from __future__ import annotations
 
 import json
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch.distributed as dist
 
 from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
-                                 resolve_checkpoint, step_of, verify_collective)
+                                 resolve_checkpoint, verify_collective)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
-from bert_core.identity import identity
+# The stage's status, its run-dir facts and its result live in a torch-free module (the flows ask a
+# skipped stage without importing torch); they are the training job's own, re-exported here.
+from bert_core.stage import RUN_CONFIG, TrainResult, discard, input_identity, status  # noqa: F401
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
-from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops, read_metrics
-from contracts.common import NO_OUTPUT, Status, UserError, build_config, write_json_atomic
+from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
+from contracts.common import UserError, build_config, write_json_atomic
 
-RUN_CONFIG = "train_config.json"
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    last_checkpoint: Optional[Path]
-    metrics_file: Path
-    final_metrics: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_run_dir(cls, run_dir: str | Path) -> "TrainResult":
-        """The result of a run read back from its directory (launches in other processes, skipped runs)."""
-        run_dir = Path(run_dir)
-        rows = read_metrics(run_dir / METRICS_FILE)
-        return cls(run_dir, CheckpointManager(run_dir).latest(), run_dir / METRICS_FILE, rows[-1] if rows else {})
-
-
-def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
-    """Content identity of the run's inputs (the instances dataset, the init weights), not their paths."""
-    return {name: identity(getattr(config, name)) for name in sorted(TrainConfig.input_fields)}
-
-
-def _saved_run(run_dir: Path) -> Optional[dict]:
-    try:
-        return json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def status(config: TrainConfig) -> Status:
-    """done (every step checkpointed) | partial (resumable) | absent, for this config and these inputs."""
-    run_dir = Path(config.output_dir)
-    saved = _saved_run(run_dir)
-    if saved is None:
-        return Status("absent", NO_OUTPUT if not run_dir.exists() else "no finished run config")
-    if saved.get("resume_hash") != config.resume_hash():
-        return Status("absent", "config differs")
-    inputs = input_identity(config)
-    changed = [k for k, v in (saved.get("inputs") or inputs).items() if inputs.get(k) != v]
-    if changed:
-        return Status("absent", f"inputs changed: {', '.join(changed)}")
-    latest = CheckpointManager(run_dir).latest()
-    if latest is not None and step_of(latest) >= config.max_steps:
-        return Status("done", "complete")
-    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}")
-
-
-def discard(config: TrainConfig) -> None:
-    """Remove a stale run (another config's or other inputs') from ``output_dir`` before training anew;
-    only a directory that holds a bertflow run is touched."""
-    run_dir = Path(config.output_dir)
-    if (run_dir / RUN_CONFIG).is_file() or (run_dir / "checkpoints").is_dir():
-        shutil.rmtree(run_dir)
 
 
 def _barrier() -> None:

@@ -85,18 +85,19 @@ def _record(phase: str, result, resumed: bool) -> dict:
 def train_phase(phase: str, config: Any) -> dict:
     """Train one phase (skipped when done; resumed when an earlier attempt was killed; started afresh
     when the run there was made from another config or other inputs)."""
-    from bert_core import train
-    from bert_core.launch import launch
+    from bert_core import stage as train_stage  # = bert_core.train's status, without importing torch
 
     log = get_run_logger()
     stage = f"train:{phase}"
-    state = train.status(config)
+    state = train_stage.status(config)
     log.info(state.line(stage) + f": {config.output_dir}")
     if state.done:
-        return _record(phase, train.TrainResult.from_run_dir(config.output_dir), False)
+        return _record(phase, train_stage.TrainResult.from_run_dir(config.output_dir), False)
     if state.state == "absent":
-        train.discard(config)  # a stale run (other config or inputs) is not continued
+        train_stage.discard(config)  # a stale run (other config or inputs) is not continued
     _maybe_inject_fault(stage, config.output_dir)
+    from bert_core.launch import launch
+
     resume = state.state == "partial"
     result = launch(config, resume, log=log.info)
     log.info(f"stage {stage} done: {dict(result.final_metrics or {})}")
@@ -106,15 +107,17 @@ def train_phase(phase: str, config: Any) -> dict:
 @task(name="export", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
 def export_model(run_dir: str, out_dir: str) -> str:
     """Export the run's last checkpoint as a Hugging Face BERT directory (skipped if already there)."""
-    from bert_core import export
+    from bert_core.stage import export_status  # = bert_core.export.status, without importing torch
 
     log = get_run_logger()
-    state = export.status(run_dir, out_dir)
+    state = export_status(run_dir, out_dir)
     log.info(state.line("export") + f": {out_dir}")
     if state.done:
         return str(out_dir)
     _maybe_inject_fault("export", out_dir)
-    path = export.export_checkpoint(run_dir, out_dir)
+    from bert_core.export import export_checkpoint
+
+    path = export_checkpoint(run_dir, out_dir)
     log.info(f"stage export done: {path}")
     return str(path)
 
