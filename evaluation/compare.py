@@ -129,10 +129,10 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
               "encoder only) or no intrinsic evaluation was configured.", ""]
     for r in rows:
         if r["curve"]:
-            lines += [f"Intrinsic curve of {r['name']} (held-out, per checkpoint):", "",
-                      "| step | MLM acc | MLM perplexity | " + st + " acc |", "|---|---|---|---|"]
-            lines += [f"| {p['step']} | {p['mlm_acc']:.4f} | {p['mlm_perplexity']:.2f} | {p['nsp_acc']:.4f} |"
-                      for p in r["curve"]]
+            lines += [f"Intrinsic curve of {r['name']} (held-out, per checkpoint; steps count on across phases):", "",
+                      "| phase | step | MLM acc | MLM perplexity | " + st + " acc |", "|---|---|---|---|---|"]
+            lines += [f"| {p.get('phase', '-')} | {p['step']} | {p['mlm_acc']:.4f} | {p['mlm_perplexity']:.2f} "
+                      f"| {p['nsp_acc']:.4f} |" for p in r["curve"]]
             lines.append("")
     lines += ["Models:", ""] + [f"- {r['name']}: `{r['model_path']}`" + (" (weights ignored: random init)"
                                 if r["random_init"] else "") for r in rows]

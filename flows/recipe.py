@@ -97,6 +97,26 @@ def compare_task(rows: list[dict], glue: dict, output_dir: str, intrinsic: dict,
     return compare_models(rows, glue, output_dir, intrinsic, sentence_task)
 
 
+def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
+    """The pipeline scores the last phase's checkpoints; score the earlier phases' on the same held-out
+    instances too, so the curve spans the whole pretraining (steps continue across phases)."""
+    icfg = plan.evals.get("intrinsic")
+    if icfg is None or last is None:
+        return last
+    curve, offset = [], 0
+    for name, tcfg in plan.train.items():
+        if tcfg.output_dir == icfg.model_path:
+            points = last["curve"]
+        else:
+            out = Path(icfg.output_dir)
+            cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": str(out.with_name(
+                f"{out.name}-{name}"))})
+            points = evaluate_task("intrinsic", cfg)["curve"]
+        curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
+        offset += tcfg.max_steps
+    return {**last, "curve": curve}
+
+
 @flow(name="recipe", log_prints=True)
 def recipe(config: RecipeConfig) -> dict[str, Any]:
     """pretraining-pipeline, then the random-init row's held-out scores, then the comparison report."""
@@ -106,7 +126,7 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     minilm = _minilm(spec)
     result = pretraining_pipeline(pipe)
     rows = [{"name": PRETRAINED, "model_path": str(plan.export_dir), "random_init": False}]
-    intrinsic = {PRETRAINED: result["eval"].get("intrinsic")}
+    intrinsic = {PRETRAINED: _whole_curve(plan, result["eval"].get("intrinsic"))}
     if spec.random_init:
         rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True})
         icfg = plan.evals.get("intrinsic")

@@ -55,7 +55,11 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     for row in (pre, rnd):  # held-out MLM and NSP on the same held-out instances
         assert 0 <= row["held_out"]["mlm_acc"] <= 1 and 0 <= row["held_out"]["nsp_acc"] <= 1
         assert row["held_out"]["mlm_count"] == pre["held_out"]["mlm_count"] > 0
-    assert pre["curve"] and mini["held_out"] is None
+    assert mini["held_out"] is None and not mini["curve"]
+    # The curve spans both phases on the same held-out instances, steps counting on across phases.
+    assert [p["phase"] for p in pre["curve"]] == ["seq128", "seq128", "seq512"]
+    assert [p["step"] for p in pre["curve"]] == [3, 6, 8]
+    assert pre["held_out"]["mlm_acc"] == pre["curve"][-1]["mlm_acc"]
     md = (report.parent / "comparison.md").read_text()
     lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
