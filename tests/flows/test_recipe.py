@@ -74,3 +74,34 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     again = json.loads(report.read_text())
     assert [r["cells_ran"] for r in again["rows"]] == [0, 0, 0]
     assert [r["tasks"] for r in again["rows"]] == [r["tasks"] for r in comp["rows"]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"comparison": None}, "comparison.glue.glue_dir: Field required"),  # the smoke overlay gives the rest
+    ({"smoke": {}}, "--smoke: the recipe has no smoke overlay"),
+    ({"comparison.minilm_path": "/nonexistent/minilm"}, "comparison.minilm_path: /nonexistent/minilm not found"),
+])
+def test_bad_recipe_is_one_line_exit_2(edit, message, tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from flows.cli import main
+
+    if not (REPO.parent / "shared" / "data" / "corpus").is_dir():
+        pytest.skip(f"the recipe reads ../shared/data relative to {REPO} (absent)")
+    data = yaml.safe_load(RECIPE.read_text())
+    for key, value in edit.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        if value is None:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(REPO)
+    assert main(["recipe", "--config", str(bad), "--smoke", "--output-root", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: ") and message in err[0], err
+    assert not (tmp_path / "out" / "compare").exists()  # nothing half-written that looks finished
