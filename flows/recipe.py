@@ -13,7 +13,8 @@ held-out instances, runs the comparison (GLUE grid per row, resumable cell by ce
 report (markdown with the plot inlined) as a Prefect artifact; files land in
 ``<output_root>/compare/<run>-<hash>/comparison.{md,png,json}``.
 
-    bertflow recipe --config recipes/cpu-mini.yaml [--smoke] [--output-root DIR] [--print-config]
+    bertflow recipe --config recipes/cpu-mini.yaml [--smoke] [--sentence-task nsp|sop|none] [--output-root DIR]
+                    [--print-config]
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def overlay(base: Any, over: Any) -> Any:
     return over
 
 
-def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = False) -> RecipeConfig:
+def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = False,
+                sentence_task: Optional[str] = None) -> RecipeConfig:
     data = load_yaml(path)
     if smoke:
         if not data.get("smoke"):
@@ -75,6 +77,10 @@ def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = Fals
         data = overlay(data, data["smoke"])
     if output_root:
         data["output_root"] = output_root
+    if sentence_task:  # the NSP / SOP / none comparison: every phase's instances (new hashes, new dirs)
+        for phase in data.get("phases") or []:
+            if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
+                phase["instances"]["sentence_task"] = sentence_task
     return build_config(RecipeConfig, data, str(path))
 
 
@@ -156,13 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="RecipeConfig YAML, e.g. recipes/cpu-mini.yaml")
     p.add_argument("--smoke", action="store_true", help="apply the recipe's smoke overlay (~1 minute)")
     p.add_argument("--output-root", help="override output_root (every output lands under it)")
+    p.add_argument("--sentence-task", choices=["nsp", "sop", "none"], help="override every phase's sentence task")
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe as YAML and exit")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = load_recipe(args.config, args.output_root, args.smoke)
+    cfg = load_recipe(args.config, args.output_root, args.smoke, args.sentence_task)
     if args.print_config:
         import yaml
 

@@ -105,3 +105,19 @@ def test_bad_recipe_is_one_line_exit_2(edit, message, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertflow: error: ") and message in err[0], err
     assert not (tmp_path / "out" / "compare").exists()  # nothing half-written that looks finished
+
+
+def test_sentence_task_variant_lands_in_its_own_directories(monkeypatch, capsys):
+    import yaml
+
+    from flows.config import make_plan
+    from flows.recipe import load_recipe, main
+
+    monkeypatch.chdir(REPO)
+    assert main(["--config", "recipes/cpu-mini.yaml", "--sentence-task", "sop", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert [p["instances"]["sentence_task"] for p in printed["phases"]] == ["sop", "sop"]
+    nsp, sop = (make_plan(load_recipe("recipes/cpu-mini.yaml", sentence_task=t).pipeline()) for t in ("nsp", "sop"))
+    assert nsp.shard.output_dir == sop.shard.output_dir  # shared documents
+    assert nsp.export_dir != sop.export_dir and set(nsp.instances) == set(sop.instances)
+    assert all(nsp.instances[k].output_dir != sop.instances[k].output_dir for k in nsp.instances)
