@@ -28,7 +28,8 @@ MINILM = dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, inte
 
 def _ids(B: int, S: int):
     g = torch.Generator().manual_seed(0)
-    return torch.randint(1000, VOCAB, (B, S), generator=g), torch.zeros(B, S, dtype=torch.long), torch.ones(B, S, dtype=torch.long)
+    ids_BS = torch.randint(1000, VOCAB, (B, S), generator=g)
+    return ids_BS, torch.zeros(B, S, dtype=torch.long), torch.ones(B, S, dtype=torch.long)
 
 
 def pretrain_step(config: ModelConfig, B: int, S: int, P: int):
@@ -77,7 +78,7 @@ def main() -> None:
         "pretrain mini  B32 S128": pretrain_step(preset("mini", vocab_size=VOCAB), 32, 128, 20),
         "pretrain mini  B8  S512": pretrain_step(preset("mini", vocab_size=VOCAB), 8, 512, 80),
         "finetune mini  B32 S64": finetune_step(preset("mini", vocab_size=VOCAB), 32, 64),
-        "finetune MiniLM B32 S64": finetune_step(ModelConfig(**{**preset("mini").model_dump(), **MINILM, "vocab_size": VOCAB}), 32, 64),
+        "finetune MiniLM B32 S64": finetune_step(preset("mini", **MINILM, vocab_size=VOCAB), 32, 64),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
     for name, fn in variants.items():  # warm-up: allocator, first-call overheads

@@ -78,7 +78,8 @@ def compare_models(
         table.append({
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
             "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
-            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds")} for t, v in res["tasks"].items()},
+            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds")}
+                      for t, v in res["tasks"].items()},
             "glue_average": _glue_average(res),
             "held_out": _held_out(intrinsic.get(row["name"])),
             "curve": (intrinsic.get(row["name"]) or {}).get("curve", []),
