@@ -15,6 +15,7 @@ from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import glue
+from evaluation.cells import cell_job, split_grid
 from evaluation.config import GlueConfig
 from evaluation.finetune import fit, forward_inputs, predict
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
@@ -116,7 +117,12 @@ def run_glue(cfg: GlueConfig) -> dict:
     specs = _check_inputs(cfg)
     grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds]
     cfg_data = cfg.model_dump(mode="json")
-    jobs = run_jobs(glue_job, [(cfg_data, t, lr, s) for t, lr, s in grid], cfg, desc="GLUE fine-tuning")
+    # Resumable: cells finished by an earlier (killed) run are read back; only the missing ones run.
+    done, missing = split_grid(cfg.output_dir, cfg_data, grid)
+    fresh = run_jobs(cell_job, [(glue_job, str(path), key, cfg_data, *grid[i]) for i, key, path in missing],
+                     cfg, desc="GLUE fine-tuning")
+    done.update({i: r for (i, _, _), r in zip(missing, fresh)})
+    jobs = [done[i] for i in range(len(grid))]
     runs = [r for j in jobs for r in j["runs"]]
     select_on = {name: next(iter(s.dev_files)) for s in specs for name in s.dev_files}
     summary = summarize(runs, PRIMARY_METRIC, select_on)
@@ -133,5 +139,6 @@ def run_glue(cfg: GlueConfig) -> dict:
         for spec in specs:
             results["test_predictions"].update(_write_test_predictions(cfg, spec, summary, jobs))
     write_results(cfg.output_dir, results)
-    return results
+    # Which cells ran in this call: returned, not written, so results.json does not depend on resumes.
+    return {**results, "cells": {"ran": [key for _, key, _ in missing], "reused": len(grid) - len(missing)}}
 

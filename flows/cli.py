@@ -24,6 +24,7 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
     "import": ("bert_core.export:main_import", "import a Hugging Face BERT directory as a bertflow checkpoint"),
     "eval": ("evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
     "pipeline": ("flows.pipeline:main", "run the whole pipeline (or one stage) as a Prefect flow"),
+    "recipe": ("flows.recipe:main", "run a recipe: the pipeline, then its model vs random init vs MiniLM"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),
 }

@@ -1,0 +1,61 @@
+"""Resumable fine-tuning grids: every (task, learning rate, seed) cell writes its result to
+``<output_dir>/cells/<task>-<hash>.json`` atomically the moment it finishes, inside the job itself
+(so a driver killed midway loses nothing that finished). A rerun reads the cells whose file exists
+and runs only the missing ones.
+
+The hash covers everything that changes a cell's result: the task, the learning rate, the seed and
+the config minus the settings that only say where or how jobs run (output directory, Ray address,
+progress bars, cpus/gpus per task). A changed config therefore never reuses a stale cell; a cell file
+that does not parse (a half-written file cannot exist, but a damaged one can) is run again.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from contracts.common import stable_hash, write_json_atomic
+
+CELLS_DIR = "cells"
+# Where and how a job runs, not what it computes: never part of a cell's identity.
+_NOT_RESULT = ("output_dir", "use_ray", "ray_address", "cpus_per_task", "gpus_per_task", "show_progress")
+
+
+def cell_key(cfg_data: dict, task: str, lr: float, seed: int) -> str:
+    """``<task>-<16 hex>``: the file name (without .json) of one grid cell's result."""
+    identity = {k: v for k, v in cfg_data.items() if k not in _NOT_RESULT}
+    return f"{task}-{stable_hash({'config': identity, 'task': task, 'lr': lr, 'seed': seed})}"
+
+
+def cell_path(output_dir: str | Path, key: str) -> Path:
+    return Path(output_dir) / CELLS_DIR / f"{key}.json"
+
+
+def read_cell(path: Path) -> dict | None:
+    """A finished cell's result, or None where it is missing or unreadable (then it runs again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "result" in data else None
+
+
+def cell_job(fn: Callable[..., dict], path: str, key: str, *args) -> dict:
+    """Run ``fn(*args)`` and write its result to ``path`` before returning it (runs inside the job)."""
+    result = fn(*args)
+    write_json_atomic(path, {"key": key, "result": result})
+    return result
+
+
+def split_grid(output_dir: str | Path, cfg_data: dict, grid: list[tuple[str, float, int]]):
+    """(finished {index: result}, missing [(index, key, path)]) for the grid's cells."""
+    done, missing = {}, []
+    for i, (task, lr, seed) in enumerate(grid):
+        key = cell_key(cfg_data, task, lr, seed)
+        path = cell_path(output_dir, key)
+        cached = read_cell(path)
+        if cached is None:
+            missing.append((i, key, path))
+        else:
+            done[i] = cached["result"]
+    return done, missing

