@@ -40,6 +40,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from contracts.schema import DOCUMENTS_SCHEMA, Manifest, file_entry  # noqa: E402
+from bench_instances import pick_books  # noqa: E402
 from treemeter import TreeRun, run_tree  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -67,18 +68,6 @@ def original_script(venv: Path) -> Path:
         sys.exit(f"bench_data_prep: Google's create_pretraining_data.py not found under {venv}; install it with\n"
                  f"    python3 -m venv {venv} && {venv}/bin/pip install --no-deps bert-tensorflow==1.0.4")
     return found[0]
-
-
-def pick_books(gutenberg: Path, mb: float) -> list[Path]:
-    """Whole books, mid-sized first, until `mb` megabytes (a book is one document)."""
-    books = sorted(gutenberg.glob("*.txt"), key=lambda p: (abs(p.stat().st_size - 900_000), p.name))
-    out, total = [], 0
-    for b in books:
-        if total >= mb * 1e6:
-            break
-        out.append(b)
-        total += b.stat().st_size
-    return out
 
 
 def env_for(**extra) -> dict:

@@ -28,7 +28,7 @@ from data_jobs.tokenization import wordpiece_tokenizer  # noqa: E402
 
 def pick_books(gutenberg: Path, mb: float, skip: int = 0) -> list[Path]:
     """Whole books, mid-sized first, until `mb` megabytes (a book is one document)."""
-    books = sorted(gutenberg.glob("*.txt"), key=lambda p: abs(p.stat().st_size - 900_000))[skip:]
+    books = sorted(gutenberg.glob("*.txt"), key=lambda p: (abs(p.stat().st_size - 900_000), p.name))[skip:]
     out, total = [], 0
     for b in books:
         if total >= mb * 1e6:
