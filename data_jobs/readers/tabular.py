@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from contracts.common import UserError
-from data_jobs.readers.base import Document, ReadStats
+from data_jobs.readers.base import Document, ReadStats, encodable
 from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
 from data_jobs.segment import split_sentences
 
@@ -28,6 +28,11 @@ def _document(record_id: Any, text: Any, source: str, config, stats: ReadStats, 
     if config.id_column and record_id is None:
         stats.bad_document(path, "missing_id", where)
         return None
+    # JSON may spell a lone surrogate ("\\udc80"): valid JSON, but no UTF-8 for Parquet to hold.
+    for column, value in (("text", text), ("id", str(record_id))):
+        if not encodable(value):
+            stats.bad_document(path, "bad_surrogate", f"{where}, {column}")
+            return None
     sentences = split_sentences(text, config.sentence_splitter)
     if not sentences:
         stats.drop("no_text")
