@@ -86,9 +86,12 @@ def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
     """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
     specs = [glue.get_task(t) for t in cfg.tasks]
     for spec in specs:
-        train, devs, _ = _task_files(cfg, spec)
+        train, devs, tests = _task_files(cfg, spec)
         for p in [train, *devs.values()]:
             glue.read_examples(spec, p)
+        # Test files too: a malformed test row must stop the run before the first fine-tune, not after.
+        for p in tests.values() if cfg.write_test_predictions else []:
+            glue.read_test_examples(spec, p)
     _, _, vocab = load_pretrained(cfg)
     resolve_vocab(cfg, vocab)
     return specs

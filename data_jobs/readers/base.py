@@ -17,7 +17,7 @@ BAD_INPUT_REASONS = {
     "bad_json": "a line that is not a JSON object",
     "missing_text": "a record without a text value",
     "missing_id": "a record without an id value",
-    "empty": "empty file",
+    "empty": "empty file (or only whitespace)",
     "binary": "binary data (NUL bytes), not text",
     "corrupt_compression": "the decompressor cannot read it",
     "corrupt_parquet": "not a readable Parquet file",

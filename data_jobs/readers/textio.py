@@ -126,8 +126,8 @@ def probe(path: str | Path) -> tuple[str | None, bytes]:
         if not head:
             return "corrupt_compression", head
         # A cut-off stream with readable text is reported (and counted) while reading it.
-    if not head:
-        return "empty", head
+    if not head.strip() and len(head) < PROBE_BYTES:
+        return "empty", head  # nothing, or only whitespace: no document, and it must not vanish uncounted
     if b"\x00" in head:
         return "binary", head
     return None, head
