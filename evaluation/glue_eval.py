@@ -29,6 +29,10 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
     d = Path(cfg.glue_dir) / spec.name
     train = d / "train.tsv"
     devs = {name: d / f for name, f in spec.dev_files.items()}
+    if not train.is_file() and d.is_dir() and any(p.is_file() for p in devs.values()):
+        # A held-out (dev+test only) task directory: fine-tuned models are not kept, so nothing to predict from.
+        raise UserError(f"{train}: task file not found: GLUE {spec.name} fine-tunes on train.tsv; predicting a "
+                        "dev+test-only task directory from an already fine-tuned model is not supported")
     for p in [train, *devs.values()]:
         if not p.is_file():
             raise UserError(f"{p}: task file not found (GLUE {spec.name} needs train.tsv and dev files)")

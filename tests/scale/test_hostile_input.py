@@ -265,16 +265,22 @@ def build_dataset_cases(t: Path, c: dict[str, Case]) -> None:
         c[name] = Case([*CLI, "train", "--config", str(cfg)], expect, o / name)
 
     hf = _tiny_hf(p)
+    _w(i / "plain_dir" / "notes.txt", "my notes\n")
     good_test = "index\tsentence1\tsentence2\n0\tw1 .\tw2 .\n"
     glue = [*CLI, "eval", "glue", "--no-use-ray", "--tasks", "RTE", "--max-steps", "1", "--seeds", "1",
             "--learning-rates", "1e-3"]
     refused("glue-malformed-test-row", [*glue, "--model", str(hf), "--glue-dir",
             str(_glue(p / "g1", good_test + "1\tonly two columns\n"))], "test.tsv:3")
+    # Checked before the model is even loaded (so before any fine-tuning): the model here is no model.
+    refused("glue-test-row-checked-before-any-task", [*glue, "--model", str(i / "plain_dir"), "--glue-dir",
+            str(_glue(p / "g5", good_test + "1\tonly two columns\n"))], "test.tsv:3")
+    g6 = _glue(p / "g6", good_test)
+    (g6 / "RTE" / "train.tsv").unlink()
+    refused("glue-dev-test-only-task-dir", [*glue, "--model", str(hf), "--glue-dir", str(g6)], "dev+test-only")
     refused("glue-empty-test-file", [*glue, "--model", str(hf), "--glue-dir", str(_glue(p / "g2", ""))], "test.tsv")
     refused("glue-dev-not-utf8", [*glue, "--model", str(hf), "--glue-dir",
             str(_glue(p / "g3", good_test, b"index\tsentence1\tsentence2\tlabel\n0\t\xff\tb\tentailment\n"))], "dev.tsv")
     g = _glue(p / "g4", good_test)
-    _w(i / "plain_dir" / "notes.txt", "my notes\n")
     refused("eval-model-plain-directory", [*glue, "--glue-dir", str(g), "--model", str(i / "plain_dir")], "not a model")
     refused("eval-model-a-text-file", [*glue, "--glue-dir", str(g), "--model", str(i / "plain_dir" / "notes.txt")], "not a model")
     (i / "empty_dir").mkdir()
@@ -343,7 +349,8 @@ CASE_IDS = [
     "instances-manifest-rows-not-a-number", "instances-manifest-not-json", "inspect-verify-rows-edited",
     "python-m-inspect-verify-rows", "train-totals-vocab-size-edited", "train-totals-vocab-size-not-a-number",
     "train-model-overrides-wrong-type", "train-model-overrides-unknown-key", "glue-malformed-test-row",
-    "glue-empty-test-file", "glue-dev-not-utf8", "eval-model-plain-directory", "eval-model-a-text-file",
+    "glue-test-row-checked-before-any-task", "glue-dev-test-only-task-dir", "glue-empty-test-file",
+    "glue-dev-not-utf8", "eval-model-plain-directory", "eval-model-a-text-file",
     "eval-model-empty-directory", "eval-model-half-saved-checkpoint",
 ]
 
