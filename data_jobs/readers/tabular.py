@@ -72,6 +72,19 @@ def read_jsonl(path: str, source: str, config, stats: ReadStats) -> Iterator[Doc
             yield doc
 
 
+_BAD = object()  # a value already counted as damaged
+
+
+def _decode(value, path: str, row: int, stats: ReadStats):
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_document(path, "invalid_utf8", f"row {row}")
+        return _BAD
+
+
 def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
     if path.endswith(COMPRESSIONS):
         # Parquet needs random access: an externally compressed file is unpacked to a temporary file
@@ -102,12 +115,22 @@ def _read_parquet_file(local: str, path: str, source: str, config, stats: ReadSt
             raise UserError(
                 f"{path}: no column {col!r} (columns: {', '.join(names[:20])}); set --text-column/--id-column"
             )
+    kind = pf.schema_arrow.field(config.text_column).type
+    is_bytes = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    if not (is_bytes or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        # Numbers or lists in the text column: a wrong --text-column, not damaged rows (each would be dropped).
+        raise UserError(f"{path}: column {config.text_column!r} holds {kind}, not text; set --text-column")
     row = 0
     # Row batches, never the whole file: memory is one batch of documents.
     for batch in pf.iter_batches(batch_size=256, columns=columns):
         texts = batch.column(config.text_column).to_pylist()
+        if is_bytes:  # some writers store UTF-8 text as binary: decoded here, bad bytes counted
+            texts = [_decode(t, path, row + k, stats) for k, t in enumerate(texts)]
         ids = batch.column(config.id_column).to_pylist() if config.id_column else range(row, row + len(texts))
         for rid, text in zip(ids, texts):
+            if text is _BAD:
+                row += 1
+                continue
             doc = _document(rid, text, source, config, stats, path, f"row {row}")
             row += 1
             if doc is not None:

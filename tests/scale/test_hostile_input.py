@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -179,6 +180,15 @@ def build_cases(t: Path) -> dict[str, Case]:
             '{"text": "Plain text. Fine."}\n["not", "an", "object"]\n'))], "bad_json", 1)
     counted("jsonl-bom-and-crlf", [*shard, "--input", str(_w(i / "bom.jsonl",
             b'\xef\xbb\xbf{"text": "One doc. Here."}\r\n{"text": "Two doc. There."}\r\n'))], kept=2)
+    counted("jsonl-text-is-a-number", [*shard, "--input", str(_w(i / "num.jsonl",
+            '{"text": 42}\n{"text": "Plain text. Fine."}\n'))], "missing_text", 1)
+    pq.write_table(pa.table({"text": pa.array([b"Good text. Fine.", b"Bad \xff text. X."], pa.binary())}), i / "bin.parquet")
+    counted("parquet-binary-text-bad-utf8", [*shard, "--input", str(i / "bin.parquet")], "invalid_utf8", 1)
+    pq.write_table(pa.table({"text": pa.array([1, 2])}), i / "int.parquet")
+    refused("parquet-text-column-of-numbers", [*shard, "--input", str(i / "int.parquet")], "holds int64")
+    counted("mediawiki-invalid-char-reference", [*shard, "--input", str(_w(i / "sur.xml",
+            "<mediawiki><page><title>A</title><ns>0</ns><id>1</id><revision><text>Text &#xDC80; here. More.</text>"
+            "</revision></page></mediawiki>"))], "malformed_xml", 0)
 
     # --- WikiExtractor
     a = '<doc id="1" title="A">\nA\nFirst article text. It is here.\n'
@@ -341,7 +351,9 @@ CASE_IDS = [
     "glob-matching-dir-and-its-file", "broken-symlink-in-directory", "fifo-in-directory", "glob-matching-nothing",
     "whitespace-only-file-counted", "whitespace-only-file-strict", "jsonl-surrogate-in-text", "jsonl-surrogate-in-id",
     "jsonl-surrogate-strict", "jsonl-surrogate-in-unused-key", "jsonl-id-is-an-object", "jsonl-duplicate-ids",
-    "jsonl-null-text", "jsonl-array-line", "jsonl-bom-and-crlf", "wiki-unclosed-doc", "wiki-unclosed-doc-strict",
+    "jsonl-null-text", "jsonl-array-line", "jsonl-bom-and-crlf", "jsonl-text-is-a-number",
+    "parquet-binary-text-bad-utf8", "parquet-text-column-of-numbers", "mediawiki-invalid-char-reference",
+    "wiki-unclosed-doc", "wiki-unclosed-doc-strict",
     "wiki-text-between-docs", "wiki-text-before-first-doc", "wiki-text-after-last-doc", "wiki-format-on-plain-text",
     "wiki-format-on-plain-text-strict", "wiki-cut-inside-doc", "gutenberg-two-books", "gutenberg-three-books-auto",
     "gutenberg-trailing-licence", "gutenberg-two-books-bert-format", "python-m-shard-job-surrogate",
