@@ -30,6 +30,8 @@ from scale_support import REPO, base_env
 sys.path.insert(0, str(REPO / "tests" / "bert_core"))
 from train_helpers import write_dataset, write_vocab  # noqa: E402
 
+pytestmark = pytest.mark.slow  # ~1-2.5 min of subprocesses (no Ray, no Prefect)
+
 CLI = ["-m", "flows.cli"]
 TALLY = {"passed": 0, "failed": 0}
 
