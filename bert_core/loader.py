@@ -61,6 +61,25 @@ class _Ragged:
         return np.diff(self.offsets)
 
 
+def _positive_int(d: Path, totals: dict, key: str) -> int:
+    value = totals[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"{d / 'manifest.json'}: totals.{key} is {value!r}, not a positive integer (manifest edited?)")
+    return value
+
+
+def _check_vocab_size(d: Path, vocab_size: int, vocab_file: Optional[str]) -> None:
+    """A hand-edited totals.vocab_size would size the embedding wrong: an IndexError deep in torch."""
+    path = d / vocab_file if vocab_file else None  # relative: to the dataset directory
+    if path is None or not path.is_file():
+        return  # a moved vocab is reported where the vocab is needed (training and export)
+    with open(path, "rb") as fh:
+        tokens = sum(1 for line in fh if line.strip())
+    if tokens != vocab_size:
+        raise UserError(f"{d / 'manifest.json'}: totals.vocab_size is {vocab_size} but {vocab_file} holds "
+                        f"{tokens} tokens (manifest edited?)")
+
+
 class InstanceDataset:
     """An instances dataset directory as flat numpy arrays (memory-mapped, or loaded: ``storage``)."""
 
@@ -74,11 +93,11 @@ class InstanceDataset:
         for key in ("vocab_size", "max_seq_length", "max_predictions_per_seq"):
             if key not in totals:
                 raise UserError(f"{self.dir / 'manifest.json'}: totals lack {key!r}")
-        self.vocab_size = int(totals["vocab_size"])
-        self.max_seq_length = int(totals["max_seq_length"])
-        self.max_predictions = int(totals["max_predictions_per_seq"])
+        self.vocab_size, self.max_seq_length, self.max_predictions = (
+            _positive_int(self.dir, totals, k) for k in ("vocab_size", "max_seq_length", "max_predictions_per_seq"))
         self.vocab_hash = self.manifest.vocab_hash
         self.vocab_file = totals.get("vocab_file")
+        _check_vocab_size(self.dir, self.vocab_size, self.vocab_file)
         self.bin_size = int(self.manifest.config.get("length_bin_size", DEFAULT_BIN_SIZE))
         if storage not in ("mmap", "memory"):
             raise ValueError(f"storage {storage!r}: choose mmap or memory")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from bert_core.config import PRESETS, ModelConfig, preset
-from contracts.common import StrictModel, UserError
+from contracts.common import StrictModel, UserError, format_validation_error
 
 
 class TrainConfig(StrictModel):
@@ -131,6 +131,8 @@ class TrainConfig(StrictModel):
                 over["vocab_size"] = data_vocab_size
             try:
                 mc = preset(self.model, **over)
+            except ValidationError as err:  # a ValueError too: first, so the line names the field
+                raise UserError(format_validation_error(err, "model_overrides")) from None
             except (TypeError, ValueError) as err:
                 raise UserError(f"model_overrides: {str(err).splitlines()[0]}") from None
         if self.dropout is not None:

@@ -187,7 +187,9 @@ def _select_split(files: list[FileEntry], cfg: InstancesConfig) -> list[FileEntr
 def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
     d = Path(shards_dir)
     m = Manifest.read(d, kind="documents")
-    problems = m.verify_files(d, deep=False)
+    from data_jobs.inspect import row_problems
+
+    problems = m.verify_files(d, deep=False) or row_problems(d, m)
     if problems:
         raise UserError(problems[0])
     files = sorted(m.files, key=lambda f: f.name)
@@ -268,6 +270,10 @@ def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
     shard_files = _select_split(shard_files, cfg)
+    if not any(f.rows for f in shard_files):
+        # Every document was dropped or skipped by the shard job: its manifest says why.
+        raise UserError(f"{cfg.shards_dir}: the corpus holds no documents (see 'dropped', 'files_skipped' and "
+                        f"'problems' in its {MANIFEST_NAME}); nothing to make instances from")
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
     state = _status(cfg, vocab, input_hash, deep=True)
@@ -353,6 +359,9 @@ def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: 
                       vocab.lowercase) for s, p in enumerate(shard_paths)]
             pool = concat_docs(w.map(build_pool_part, calls, desc="random-next pool", where="instances worker",
                                      unit="shard"))
+            if not pool.num_docs:
+                raise UserError(f"{cfg.shards_dir}: no document has a token in {vocab.vocab_file} (text the "
+                                "tokenizer drops entirely?); nothing to make instances from")
         results = w.map(process_shard, [(shard_paths[s], s) for s in todo], desc="instances", max_retries=1,
                         shared=dict(shared, pool=pool), where="instances worker", unit="shard")
     return {rec["shard"]: rec for rec in results}

@@ -30,6 +30,10 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
     d = Path(cfg.glue_dir) / spec.name
     train = d / "train.tsv"
     devs = {name: d / f for name, f in spec.dev_files.items()}
+    if not train.is_file() and d.is_dir() and any(p.is_file() for p in devs.values()):
+        # A held-out (dev+test only) task directory: fine-tuned models are not kept, so nothing to predict from.
+        raise UserError(f"{train}: task file not found: GLUE {spec.name} fine-tunes on train.tsv; predicting a "
+                        "dev+test-only task directory from an already fine-tuned model is not supported")
     for p in [train, *devs.values()]:
         if not p.is_file():
             raise UserError(f"{p}: task file not found (GLUE {spec.name} needs train.tsv and dev files)")
@@ -87,9 +91,12 @@ def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
     """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
     specs = [glue.get_task(t) for t in cfg.tasks]
     for spec in specs:
-        train, devs, _ = _task_files(cfg, spec)
+        train, devs, tests = _task_files(cfg, spec)
         for p in [train, *devs.values()]:
             glue.read_examples(spec, p)
+        # Test files too: a malformed test row must stop the run before the first fine-tune, not after.
+        for p in tests.values() if cfg.write_test_predictions else []:
+            glue.read_test_examples(spec, p)
     _, _, vocab = load_pretrained(cfg)
     resolve_vocab(cfg, vocab)
     return specs

@@ -11,12 +11,16 @@ from typing import Optional
 
 import torch
 
-from bert_core.checkpoint import is_hf_dir, load_model_from_checkpoint
+from bert_core.checkpoint import MARKER, STATE, is_hf_dir, load_model_from_checkpoint
 from bert_core.hf import load_hf
 from bert_core.runtime import device_for
 from contracts.common import UserError
 from data_jobs.tokenization import read_vocab, vocab_hash
 from evaluation.config import EvalBase
+
+
+# What any bertflow checkpoint (even one cut short while saving) or run directory holds.
+CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", "checkpoints")
 
 
 def model_format(cfg: EvalBase) -> str:
@@ -26,7 +30,13 @@ def model_format(cfg: EvalBase) -> str:
         raise UserError(f"{path}: model path not found")
     if cfg.model_format != "auto":
         return cfg.model_format
-    return "hf" if is_hf_dir(path) else "checkpoint"
+    if is_hf_dir(path):
+        return "hf"
+    if not path.is_dir() or not any((path / n).exists() for n in CHECKPOINT_SIGNS):
+        # Not a half-saved checkpoint either: "killed while saving?" would send the user looking in vain.
+        raise UserError(f"{path}: not a model (neither a Hugging Face BERT directory with config.json and "
+                        "weights, nor a bertflow checkpoint or run directory)")
+    return "checkpoint"
 
 
 def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from contracts.common import UserError
-from data_jobs.readers.base import Document, ReadStats, Unit
+from data_jobs.readers.base import Document, ReadStats, Unit, encodable
 from data_jobs.readers.mediawiki import read_mediawiki
 from data_jobs.readers.plain import read_bert, read_books
 from data_jobs.readers.tabular import read_jsonl, read_parquet
@@ -83,26 +83,51 @@ def detect_format(path: str, head: bytes) -> str:
 def _files_of(inp: str) -> list[Path]:
     """Files behind one input string (a file, a directory searched recursively, or a glob)."""
     if _GLOB_CHARS.search(inp):
-        files = [Path(p) for p in glob.glob(inp, recursive=True) if Path(p).is_file()]
+        # A directory the pattern matches is read like a directory given by name (never skipped).
+        files = [f for p in sorted(glob.glob(inp, recursive=True)) for f in _files_of_path(Path(p), inp)]
         if not files:
             raise UserError(f"{inp}: no files match this pattern")
         return files
     p = Path(inp)
-    if p.is_dir():
-        def unreadable(err: OSError) -> None:
-            # rglob silently skips a directory it may not list: the corpus would shrink without a word.
-            raise UserError(f"{err.filename}: cannot read directory: {err.strerror}")
+    if not p.exists() and not p.is_symlink():
+        raise UserError(f"{inp}: no such file or directory")
+    files = _files_of_path(p, inp)
+    if not files:
+        raise UserError(f"{inp}: directory holds no files")
+    return files
 
-        files = []
-        for root, dirs, names in os.walk(p, onerror=unreadable):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]  # hidden directories skipped
-            files += [Path(root, n) for n in names if not n.startswith(".") and Path(root, n).is_file()]
-        if not files:
-            raise UserError(f"{inp}: directory holds no files")
-        return files
+
+def _files_of_path(p: Path, inp: str) -> list[Path]:
+    """Files of one existing path; symlinked files and directories are followed (each directory once)."""
     if p.is_file():
         return [p]
-    raise UserError(f"{inp}: no such file or directory")
+    if not p.is_dir():
+        raise UserError(f"{_shown(p)}: broken symbolic link or not a regular file")
+
+    def unreadable(err: OSError) -> None:
+        # rglob silently skips a directory it may not list: the corpus would shrink without a word.
+        raise UserError(f"{_shown(err.filename)}: cannot read directory: {err.strerror}")
+
+    files, seen = [], set()
+    for root, dirs, names in os.walk(p, onerror=unreadable, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a symlink loop, or two links to one directory
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # hidden directories skipped
+        for n in sorted(names):
+            f = Path(root, n)
+            if n.startswith("."):
+                continue
+            if not f.is_file():
+                raise UserError(f"{_shown(f)}: broken symbolic link or not a regular file")
+            files.append(f)
+    return files
+
+
+def _shown(p) -> str:
+    return str(p).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def expand_inputs(config) -> list[Unit]:
@@ -138,6 +163,10 @@ def expand_inputs(config) -> list[Unit]:
 def read_unit(unit: Unit, config, stats: ReadStats) -> Iterator[Document]:
     """Documents of one unit that pass ``min_sentences``; everything else is counted in ``stats``."""
     fmt = unit.fmt
+    if not encodable(unit.path):
+        # Its doc_ids could not be written to Parquet/JSON: skipped and counted, never a traceback.
+        stats.bad_file(unit.path, "file_name_not_utf8", "rename it")
+        return
     if fmt != "builtin":
         problem, head = probe(unit.path) if not unit.path.endswith(".parquet") else (None, b"")
         if problem == "binary" and (fmt == "parquet" or head.startswith(b"PAR1")):

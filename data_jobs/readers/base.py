@@ -17,12 +17,31 @@ BAD_INPUT_REASONS = {
     "bad_json": "a line that is not a JSON object",
     "missing_text": "a record without a text value",
     "missing_id": "a record without an id value",
-    "empty": "empty file",
+    "empty": "empty file (or only whitespace)",
     "binary": "binary data (NUL bytes), not text",
     "corrupt_compression": "the decompressor cannot read it",
     "corrupt_parquet": "not a readable Parquet file",
+    "bad_surrogate": "a lone surrogate escape (not encodable as UTF-8)",
+    "file_name_not_utf8": "a file name that is not valid UTF-8",
+    "unclosed_doc": "a <doc> without its </doc> (the next <doc> starts inside it)",
+    "text_outside_doc": "text outside any <doc>...</doc>",
+    "no_documents": "no <doc> tags at all (not WikiExtractor output? check --format)",
 }
 MAX_PROBLEM_LINES = 100
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print and to write as JSON: undecodable bytes and lone surrogates escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def encodable(text: str) -> bool:
+    """False for a str holding a lone surrogate (a non-UTF-8 file name, a JSON "\\udc80" escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,7 @@ class ReadStats:
         self.files_skipped[reason] += 1
 
     def _problem(self, path: str, reason: str, detail: str) -> None:
+        path, detail = printable(path), printable(detail)
         what = BAD_INPUT_REASONS.get(reason, reason) + (f": {detail}" if detail else "")
         if self.strict:
             raise UserError(f"{path}: {what}")

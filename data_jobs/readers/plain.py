@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from data_jobs.readers.base import Document, ReadStats
-from data_jobs.readers.textio import BadLine, iter_lines, strip_gutenberg_lines
+from data_jobs.readers.textio import BadLine, BookBreak, iter_lines, strip_gutenberg_lines
 from data_jobs.segment import normalize_space, split_paragraph
 
 
@@ -21,6 +21,8 @@ def read_bert(path: str, source: str, config, stats: ReadStats) -> Iterator[Docu
     sentences: list[str] = []
     bad: str | None = None
     for line in strip_gutenberg_lines(iter_lines(path, config.max_line_bytes)):
+        if isinstance(line, BookBreak):
+            line = ""  # the next book starts a new document
         if isinstance(line, BadLine):
             bad = bad or line.reason
             if line.reason != "truncated":
@@ -44,24 +46,38 @@ def read_bert(path: str, source: str, config, stats: ReadStats) -> Iterator[Docu
 
 
 def read_books(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
-    """Running prose: the whole file is one document (a book), split into sentences per paragraph.
+    """Running prose: each book is one document (a file is one book, or several Gutenberg books
+    concatenated: ``<source>#0``, ``#1``...), split into sentences per paragraph.
 
-    A damaged line drops the whole book: a document with a hole in it would give NSP false neighbours.
+    A damaged line drops its whole book: a document with a hole in it would give NSP false neighbours.
     """
-    sentences: list[str] = []
-    paragraph: list[str] = []
+    index, sentences, paragraph = 0, [], []
+    bad: str | None = None
     for line in strip_gutenberg_lines(iter_lines(path, config.max_line_bytes)):
         if isinstance(line, BadLine):
-            stats.bad_document(path, line.reason)
-            return
+            bad = bad or line.reason
+            if line.reason == "truncated":
+                break
+            continue
+        if isinstance(line, BookBreak):
+            yield from _book(path, source, index, sentences, paragraph, bad, config, stats)
+            index, sentences, paragraph, bad = index + 1, [], [], None
+            continue
         if line.strip():
             paragraph.append(line)
         elif paragraph:
             sentences.extend(split_paragraph(" ".join(paragraph), config.sentence_splitter))
             paragraph = []
+    yield from _book(path, source, index, sentences, paragraph, bad, config, stats)
+
+
+def _book(path, source, index, sentences, paragraph, bad, config, stats) -> Iterator[Document]:
+    if bad:
+        stats.bad_document(path, bad, f"book {index}" if index else "")
+        return
     if paragraph:
-        sentences.extend(split_paragraph(" ".join(paragraph), config.sentence_splitter))
+        sentences = sentences + split_paragraph(" ".join(paragraph), config.sentence_splitter)
     if sentences:
-        yield Document(f"{source}#0", source, sentences)
+        yield Document(f"{source}#{index}", source, sentences)
     else:
         stats.drop("no_text")

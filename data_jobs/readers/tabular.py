@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from contracts.common import UserError
-from data_jobs.readers.base import Document, ReadStats
+from data_jobs.readers.base import Document, ReadStats, encodable
 from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
 from data_jobs.segment import split_sentences
 
@@ -28,6 +28,11 @@ def _document(record_id: Any, text: Any, source: str, config, stats: ReadStats, 
     if config.id_column and record_id is None:
         stats.bad_document(path, "missing_id", where)
         return None
+    # JSON may spell a lone surrogate ("\\udc80"): valid JSON, but no UTF-8 for Parquet to hold.
+    for column, value in (("text", text), ("id", str(record_id))):
+        if not encodable(value):
+            stats.bad_document(path, "bad_surrogate", f"{where}, {column}")
+            return None
     sentences = split_sentences(text, config.sentence_splitter)
     if not sentences:
         stats.drop("no_text")
@@ -67,6 +72,19 @@ def read_jsonl(path: str, source: str, config, stats: ReadStats) -> Iterator[Doc
             yield doc
 
 
+_BAD = object()  # a value already counted as damaged
+
+
+def _decode(value, path: str, row: int, stats: ReadStats):
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_document(path, "invalid_utf8", f"row {row}")
+        return _BAD
+
+
 def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[Document]:
     if path.endswith(COMPRESSIONS):
         # Parquet needs random access: an externally compressed file is unpacked to a temporary file
@@ -97,12 +115,22 @@ def _read_parquet_file(local: str, path: str, source: str, config, stats: ReadSt
             raise UserError(
                 f"{path}: no column {col!r} (columns: {', '.join(names[:20])}); set --text-column/--id-column"
             )
+    kind = pf.schema_arrow.field(config.text_column).type
+    is_bytes = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    if not (is_bytes or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        # Numbers or lists in the text column: a wrong --text-column, not damaged rows (each would be dropped).
+        raise UserError(f"{path}: column {config.text_column!r} holds {kind}, not text; set --text-column")
     row = 0
     # Row batches, never the whole file: memory is one batch of documents.
     for batch in pf.iter_batches(batch_size=256, columns=columns):
         texts = batch.column(config.text_column).to_pylist()
+        if is_bytes:  # some writers store UTF-8 text as binary: decoded here, bad bytes counted
+            texts = [_decode(t, path, row + k, stats) for k, t in enumerate(texts)]
         ids = batch.column(config.id_column).to_pylist() if config.id_column else range(row, row + len(texts))
         for rid, text in zip(ids, texts):
+            if text is _BAD:
+                row += 1
+                continue
             doc = _document(rid, text, source, config, stats, path, f"row {row}")
             row += 1
             if doc is not None:

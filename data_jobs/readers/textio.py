@@ -29,7 +29,11 @@ class BadLine(NamedTuple):
     reason: str  # "invalid_utf8" | "line_too_long" | "truncated"
 
 
-Line = Union[str, BadLine]
+class BookBreak(NamedTuple):
+    """Marker between two Project Gutenberg books concatenated in one file (END ... START again)."""
+
+
+Line = Union[str, BadLine, BookBreak]
 
 
 STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, zstandard.ZstdError)
@@ -122,8 +126,8 @@ def probe(path: str | Path) -> tuple[str | None, bytes]:
         if not head:
             return "corrupt_compression", head
         # A cut-off stream with readable text is reported (and counted) while reading it.
-    if not head:
-        return "empty", head
+    if not head.strip() and len(head) < PROBE_BYTES:
+        return "empty", head  # nothing, or only whitespace: no document, and it must not vanish uncounted
     if b"\x00" in head:
         return "binary", head
     return None, head
@@ -169,7 +173,9 @@ def strip_gutenberg_lines(lines: Iterable[Line]) -> Iterator[Line]:
     """Drop a Project Gutenberg licence header (up to ``*** START OF ...``) and footer (from ``*** END``).
 
     Streaming: only the first PG_HEADER_MAX_LINES lines are held back while looking for the start
-    marker; a file without one passes through unchanged.
+    marker; a file without one passes through unchanged. Several books concatenated in one file
+    (``*** END`` followed later by another ``*** START``) come out separated by a :class:`BookBreak`,
+    their licence text dropped: never the first book only.
     """
     it = iter(lines)
     held: list[Line] = []
@@ -180,9 +186,16 @@ def strip_gutenberg_lines(lines: Iterable[Line]) -> Iterator[Line]:
             break
         if len(held) >= PG_HEADER_MAX_LINES:
             break
+    in_book = True
     for line in _chain(held, it):
+        if not in_book:
+            if isinstance(line, str) and _PG_START.match(line):
+                in_book = True
+                yield BookBreak()
+            continue
         if isinstance(line, str) and _PG_END.match(line):
-            return
+            in_book = False
+            continue
         yield line
 
 

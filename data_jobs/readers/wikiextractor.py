@@ -27,27 +27,35 @@ def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iter
     sentences: list[str] = []
     bad: str | None = None
     first_line = True
-    for line in iter_lines(path, config.max_line_bytes):
+    seen_doc = outside = False  # outside: inside a run of text between documents
+    outside_runs: list[int] = []  # first line of each run of text outside <doc>...</doc>
+    for lineno, line in enumerate(iter_lines(path, config.max_line_bytes), start=1):
         if isinstance(line, BadLine):
             if attrs is not None or line.reason == "truncated":
                 bad = bad or line.reason
             if line.reason == "truncated":
                 break
             continue
+        m = _DOC_START.match(line)
+        if m and attrs is not None:
+            # An unclosed <doc>: never merged into the next article (nor its tag kept as a sentence).
+            stats.bad_document(path, "unclosed_doc", f"doc id={_key(attrs)}")
+        if m:
+            attrs = {k: html.unescape(v) for k, v in _ATTR.findall(m.group(1))}
+            sentences, bad, first_line, seen_doc, outside = [], None, True, True, False
+            continue
         if attrs is None:
-            m = _DOC_START.match(line)
-            if m:
-                attrs = {k: html.unescape(v) for k, v in _ATTR.findall(m.group(1))}
-                sentences, bad, first_line = [], None, True
+            if line.strip() and not outside:
+                outside_runs.append(lineno)
+            outside = outside or bool(line.strip())
             continue
         if line.strip() == "</doc>":
-            doc_key = attrs.get("id") or attrs.get("title") or "?"
             if bad:
-                stats.bad_document(path, bad, f"doc id={doc_key}")
+                stats.bad_document(path, bad, f"doc id={_key(attrs)}")
             elif not sentences:
                 stats.drop("no_text")
             else:
-                yield Document(f"{source}#{doc_key}", source, sentences)
+                yield Document(f"{source}#{_key(attrs)}", source, sentences)
             attrs = None
             continue
         if first_line and line.strip():
@@ -59,3 +67,13 @@ def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iter
     if attrs is not None or bad:
         # The file ended inside a <doc>: a cut-off file, the partial article is not kept.
         stats.bad_document(path, "truncated", "ends inside a <doc>")
+    if not seen_doc and outside_runs:
+        # Plain text read as WikiExtractor output: a whole file of text, not one document in it.
+        stats.bad_file(path, "no_documents")
+        return
+    for lineno in outside_runs:
+        stats.bad_document(path, "text_outside_doc", f"line {lineno}")
+
+
+def _key(attrs: dict[str, str]) -> str:
+    return attrs.get("id") or attrs.get("title") or "?"

@@ -166,7 +166,7 @@ def test_real_corpora_and_inspect(ray_local, shared_data, tmp_path, capsys):
     assert m.stats["shard_rows"]["min"] >= 1
     assert inspect_main([str(tmp_path / "out"), "-n", "2", "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "documents dataset" in out and "documents_kept: 41" in out and "files checksums: ok" in out
+    assert "documents dataset" in out and "documents_kept: 41" in out and "files checksums and rows: ok" in out
 
 
 def test_module_entry_point_runs_as_a_script(tmp_path):
