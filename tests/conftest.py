@@ -22,6 +22,11 @@ if "BERTFLOW_LOADER_CACHE" not in os.environ:  # the loader's decoded copies: no
     os.environ["BERTFLOW_LOADER_CACHE"] = tempfile.mkdtemp(prefix="bertflow-loader-cache-")
     atexit.register(shutil.rmtree, os.environ["BERTFLOW_LOADER_CACHE"], True)
 
+# Prefect sets up its logging once, on first import, bound to the sys.stderr of that moment. Import it here,
+# while pytest collects (its session-long capture), not first inside a test whose capsys stream is closed
+# after that test: every later flow's log line would then fail on a closed file.
+import prefect.main  # noqa: E402,F401
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
