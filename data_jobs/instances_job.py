@@ -34,6 +34,7 @@ import numpy as np
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
                               write_json_atomic)
+from contracts.lock import output_lock, others
 from data_jobs.config import InstancesConfig
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
@@ -264,12 +265,50 @@ def _record_key(path: Path) -> dict | None:
         return None
 
 
+def _owned(out: Path) -> set[str]:
+    """Names in ``out`` that this job's own records vouch for: its manifest and the files it lists, its
+    done-records and the files they list. Anything else in the directory is the user's."""
+    names = {MANIFEST_NAME}
+    try:
+        m = Manifest.read(out) if (out / MANIFEST_NAME).is_file() else None
+    except UserError:
+        m = None
+    if m is not None and m.kind == "instances":
+        names.update(f.name for f in m.files)
+    for rec in out.glob("part-*.done.json"):
+        try:
+            files = json.loads(rec.read_text(encoding="utf-8"))["files"]
+            names.update([rec.name, *(f["name"] for f in files)])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a record of ours
+    return names
+
+
+def _refuse_foreign(out: Path) -> set[str]:
+    """The owned names of ``out``; UserError if it holds anything else (a Spark output's part-*.parquet,
+    a user's notes): a job never deletes or overwrites a file its own records do not name."""
+    owned = _owned(out)
+    foreign = sorted(p.name for p in others(out) if p.name not in owned and not p.name.startswith(".tmp-part-"))
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise UserError(f"{out}: not empty and holds files this job did not write ({foreign[0]}{more}); "
+                        "use a new output dir")
+    return owned
+
+
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
     shard_files = _select_split(shard_files, cfg)
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
+    with output_lock(out):  # one writer per output directory
+        return _run_locked(cfg, out, shard_files, input_hash, vocab)
+
+
+def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], input_hash: str,
+                vocab: VocabInfo) -> Manifest:
+    owned = _refuse_foreign(out)
     state = _status(cfg, vocab, input_hash, deep=True)
     existing = _check_output(out, cfg, vocab) if out.is_dir() else None  # or a one-line refusal
     if not state.fresh:
@@ -294,15 +333,16 @@ def run(cfg: InstancesConfig) -> Manifest:
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
         records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
-    _remove_orphans(out, records)
+    _remove_orphans(out, records, owned)
     return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
 
 
-def _remove_orphans(out: Path, records: dict[int, dict]) -> None:
-    """Drop part files of an earlier input (e.g. more shards then) that this result does not list."""
+def _remove_orphans(out: Path, records: dict[int, dict], owned: set[str]) -> None:
+    """Drop part files of an earlier input (e.g. more shards then) that this result does not list;
+    only those our own records named when the run started (``owned``)."""
     keep = {f["name"] for rec in records.values() for f in rec["files"]} | {done_name(s) for s in records}
     for p in list(out.glob("part-*.parquet")) + list(out.glob("part-*.done.json")):
-        if p.name not in keep:
+        if p.name not in keep and p.name in owned:
             p.unlink()
 
 
