@@ -156,6 +156,43 @@ def _cases(t: Path, holder_pid: int) -> dict[str, Case]:
         cases[f"finite-instances{flag}=nan"] = Case([*inst, "--output-dir", str(d), flag, "nan"],
                                                     flag.lstrip("-").replace("-", "_"), [d / "manifest.json"])
 
+    for name, body, expect in (("model-overrides-nan", "model_overrides: {layer_norm_eps: .nan}\n", "model_overrides"),
+                               ("dropout-inf", "dropout: .inf\n", "dropout")):
+        cfg = t / f"{name}.yaml"
+        cfg.write_text(f"data_dir: {data}\noutput_dir: {t / name}\n{body}", encoding="utf-8")
+        cases[f"finite-train-yaml-{name}"] = Case([*CLI, "train", "--config", str(cfg)], expect, [t / name])
+    d = t / "lr_overflow"  # 1e400 parses as inf
+    cases["finite-train--lr=1e400"] = Case([*train, "--output-dir", str(d), "--lr", "1e400"], "lr", [d])
+    cfg = t / "inst_inf.yaml"
+    cfg.write_text(f"shards_dir: {docs}\nvocab_dir: {vocab_ds}\noutput_dir: {t / 'inst_inf'}\nmasked_lm_prob: .inf\n")
+    cases["finite-instances-yaml-inf"] = Case([*CLI, "data", "instances", "--config", str(cfg), *LOCAL],
+                                              "masked_lm_prob", [t / "inst_inf" / "manifest.json"])
+
+    # ---- the `python -m` entry points (what `ray job submit -- python -m ...` runs) hold the same lock
+    for mod, argv in (("shard_job", shard[4:]), ("vocab_job", vocab[4:]), ("instances_job", inst[4:])):
+        d = t / f"module_live_{mod}"
+        lock = _lock(d, holder_pid)
+        cases[f"lock-live-python-m-{mod}"] = Case(["-m", f"data_jobs.{mod}", *argv, "--output-dir", str(d)],
+                                                  "in use by another run", [d / "manifest.json"], [lock])
+    d = t / "module_foreign_instances"
+    user = _user_file(d / "part-00000-len0064.parquet")
+    cases["own-python-m-instances"] = Case(["-m", "data_jobs.instances_job", *inst[4:], "--output-dir", str(d)],
+                                           "part-00000-len0064.parquet", [d / "manifest.json"], [user])
+    # --overwrite replaces another config's dataset: only the files its manifest names
+    d = t / "shard_overwrite"
+    subprocess.run([sys.executable, *shard, "--output-dir", str(d)], env=base_env(), check=True,
+                   capture_output=True, cwd=REPO)
+    user = _user_file(d / "shard-mine.parquet")
+    cases["own-shard-overwrite-keeps-user-file"] = Case(
+        [*CLI, "data", "shard", "--inputs", str(corpus), "--num-shards", "3", *LOCAL, "--output-dir", str(d),
+         "--overwrite"], untouched=[user], check=lambda proc, d=d: (d / "manifest.json").is_file())
+    d = t / "inst_rerun"  # the job's own finished output: a rerun is not refused and changes nothing
+    subprocess.run([sys.executable, *inst, "--output-dir", str(d)], env=base_env(), check=True,
+                   capture_output=True, cwd=REPO)
+    mine = sorted(d.glob("part-*.parquet"))
+    cases["own-instances-rerun-ok"] = Case([*inst, "--output-dir", str(d)], untouched=mine,
+                                           check=lambda proc, d=d: (d / "manifest.json").is_file())
+
     # ---- a non-finite loss stops training with one line and never becomes the latest checkpoint
     d = t / "diverge"
 
@@ -246,6 +283,10 @@ CASE_NAMES = [  # listed here so that pytest can parametrize before the fixture 
                                          ("--weight-decay", "inf"), ("--clip-grad-norm", "nan"),
                                          ("--warmup-proportion", "nan"), ("--poly-power", "inf"))],
     "finite-train-yaml-lr-nan", "finite-instances--masked-lm-prob=nan", "finite-instances--short-seq-prob=nan",
+    "finite-train-yaml-model-overrides-nan", "finite-train-yaml-dropout-inf", "finite-train--lr=1e400",
+    "finite-instances-yaml-inf",
+    *[f"lock-live-python-m-{m}" for m in ("shard_job", "vocab_job", "instances_job")], "own-python-m-instances",
+    "own-shard-overwrite-keeps-user-file", "own-instances-rerun-ok",
     "nonfinite-loss", "vocab-edited-train", "vocab-moved-train", "vocab-edited-resume", "vocab-edited-export",
     "resume-damaged-latest", "resume-previous-good", "resume-bad-mode",
 ]
