@@ -361,3 +361,41 @@ def test_reused_pid_is_stale(tmp_path):
     (d / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "start": "1"}))
     with output_lock(d) as lock:
         assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def _race(d: str, start, tried, won) -> None:
+    """One contender: try the lock when all start together; a winner holds it until all have tried."""
+    from contracts.lock import acquire, release
+
+    start.wait()
+    try:
+        path, created = acquire(d)
+    except UserError:
+        tried.wait()
+        return
+    with won.get_lock():
+        won.value += 1
+    tried.wait()
+    release(path, created)
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "stale-lock"])
+def test_lock_race_has_one_winner(tmp_path, stale):
+    """Six processes racing for one directory (free, or holding a dead pid's lock to take over): exactly
+    one gets it while the others are refused."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    d = tmp_path / "out"
+    if stale:
+        _lock(d, _dead_pid())
+    n = 6
+    start, tried, won = ctx.Barrier(n), ctx.Barrier(n), ctx.Value("i", 0)
+    procs = [ctx.Process(target=_race, args=(str(d), start, tried, won)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * n
+    assert won.value == 1
+    assert not (d / LOCK_NAME).exists()  # the winner released it
