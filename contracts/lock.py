@@ -66,10 +66,16 @@ def _try_create(path: Path, me: dict) -> bool:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps(me))
-        f.flush()
-        os.fsync(f.fileno())
+    except OSError as e:  # read-only or full file system, no permission
+        raise UserError(f"{path}: cannot create the output lock: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(me))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:  # a full disk: no half-written lock left to block the next run
+        path.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write the output lock: {e.strerror}") from None
     return True
 
 

@@ -399,3 +399,18 @@ def test_lock_race_has_one_winner(tmp_path, stale):
     assert [p.exitcode for p in procs] == [0] * n
     assert won.value == 1
     assert not (d / LOCK_NAME).exists()  # the winner released it
+
+
+def test_lock_on_unwritable_dir_is_one_line(tmp_path):
+    """A directory the user cannot write: a UserError naming the lock, not a PermissionError trace."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere: a read-only directory cannot be made without dropping capabilities")
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match="cannot create the output lock"):
+            with output_lock(d):
+                pass
+    finally:
+        d.chmod(0o755)
