@@ -49,6 +49,9 @@ def part_name(shard: int, upper: int) -> str:
     return f"part-{shard:05d}-len{upper:04d}.parquet"
 
 
+WORK_RECORD = ".instances-work.json"  # the shards a run set out to make (named before their part files exist)
+
+
 def done_name(shard: int) -> str:
     return f"part-{shard:05d}.done.json"
 
@@ -275,6 +278,12 @@ def _owned(out: Path) -> set[str]:
         m = None
     if m is not None and m.kind == "instances":
         names.update(f.name for f in m.files)
+    try:  # the shards a run was working on when it was killed: their part files are ours, unrecorded
+        work = json.loads((out / WORK_RECORD).read_text(encoding="utf-8"))
+        names.add(WORK_RECORD)
+        names.update(p.name for s in work["shards"] for p in out.glob(f"part-{int(s):05d}-len[0-9][0-9][0-9][0-9].parquet"))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     for rec in out.glob("part-*.done.json"):
         try:
             files = json.loads(rec.read_text(encoding="utf-8"))["files"]
@@ -332,9 +341,13 @@ def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], i
     # longest worker's queue; the output does not depend on the order.
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
+        # A work record first: part files of a run killed before its done-records stay ours to redo.
+        write_json_atomic(out / WORK_RECORD, {"shards": todo})
         records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
     _remove_orphans(out, records, owned)
-    return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
+    manifest = _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
+    (out / WORK_RECORD).unlink(missing_ok=True)
+    return manifest
 
 
 def _remove_orphans(out: Path, records: dict[int, dict], owned: set[str]) -> None:
