@@ -21,6 +21,7 @@ from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
 from bert_core.stage import EXPORT_RECORD, export_status
 from contracts.common import ArgParser, UserError, run_main, write_json_atomic
+from contracts.lock import output_lock, others
 
 # The export stage's status is torch-free (bert_core.stage); it is this job's own answer.
 status = export_status
@@ -34,12 +35,23 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
     lowercase = True
     ckpt = resolve_checkpoint(checkpoint_or_run_dir)
     if (ckpt / "trainer_state.json").is_file():
-        lowercase = bool(read_state(ckpt).get("lowercase", True))
+        saved = read_state(ckpt)
+        lowercase = bool(saved.get("lowercase", True))
+        _check_vocab(Path(vocab), saved.get("vocab_hash"))
     (Path(out_dir) / EXPORT_RECORD).unlink(missing_ok=True)  # never vouch for a directory being rewritten
     path = save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
     files = sorted(p.name for p in Path(path).iterdir() if p.is_file())
     write_json_atomic(Path(path) / EXPORT_RECORD, {"checkpoint": ckpt.name, "source": identity(ckpt), "files": files})
     return path
+
+
+def _check_vocab(vocab: Path, recorded: str | None) -> None:
+    """The checkpoint's vocab.txt must be the vocabulary it was trained with (its hash in the state)."""
+    from data_jobs.tokenization import vocab_hash
+
+    if recorded and vocab_hash(vocab) != recorded:
+        raise UserError(f"{vocab}: vocab hash {vocab_hash(vocab)} != {recorded} the checkpoint was trained with "
+                        "(edited after training?)")
 
 
 class _WeightsOnly:
@@ -73,6 +85,26 @@ def _export(argv: Sequence[str] | None) -> int:
     p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
     p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
     args = p.parse_args(argv)
+    with output_lock(args.out):  # one writer per output directory
+        return _export_locked(args)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """The export replaces its whole directory: refuse one holding files an earlier export's record
+    does not name (a user's notes, another model)."""
+    try:
+        owned = set(json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8")).get("files", []))
+    except (OSError, ValueError, AttributeError):
+        owned = set()
+    foreign = sorted(p.name for p in others(out) if p.name not in owned | {EXPORT_RECORD})
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise UserError(f"--out: {out}: not empty and holds files no export wrote ({foreign[0]}{more}); "
+                        "use a new output dir")
+
+
+def _export_locked(args) -> int:
+    _refuse_foreign(Path(args.out))
     state = status(args.checkpoint, args.out)
     if not state.fresh:
         print(state.line("export") + f": {args.out}", file=sys.stderr)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from contracts.lock import LOCK_NAME
 from contracts.common import sha256_file, stable_hash
 from contracts.schema import MANIFEST_NAME, Manifest
 
@@ -27,7 +28,7 @@ def _checkpoint(path: Path) -> str:
 
 def _files(directory: Path) -> list:
     return [[str(f.relative_to(directory)), f.stat().st_size, sha256_file(f)]
-            for f in sorted(directory.rglob("*")) if f.is_file()]
+            for f in sorted(directory.rglob("*")) if f.is_file() and f.name != LOCK_NAME]  # a writer's lock is no content
 
 
 def identity(path: Optional[str | Path]) -> Optional[str]:

@@ -40,6 +40,15 @@ def is_rank() -> bool:
     return "LOCAL_RANK" in os.environ or "RANK" in os.environ
 
 
+PREVIOUS_GOOD = "previous-good"
+
+
+def _resume_mode(text: str) -> str:
+    if text != PREVIOUS_GOOD:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected nothing or {PREVIOUS_GOOD!r}")
+    return text
+
+
 def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
            cpus_per_worker: Optional[float] = None) -> TrainResult:
     """Train (or resume) one run as ``config.launcher`` says; returns the result read from the run dir
@@ -56,6 +65,7 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
 def command(config: TrainConfig, cfg_file: Path, resume: bool) -> list[str]:
     """The torchrun / deepspeed command line starting the ranks of ``config``."""
     script = ["-m", "bert_core.train", "--config", str(cfg_file)] + (["--resume"] if resume else [])
+    script += [PREVIOUS_GOOD] if resume == PREVIOUS_GOOD else []
     bindir = Path(sys.executable).parent
     if config.launcher == "torchrun":
         return [str(bindir / "torchrun"), f"--nproc_per_node={config.num_workers}", *script]
@@ -96,7 +106,9 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     p = config_parser(TrainConfig, "bertflow train", "Pretrain BERT on a static-instances dataset.")
-    p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest checkpoint")
+    p.add_argument("--resume", nargs="?", const=True, default=False, type=_resume_mode,
+                   help="continue the run in output_dir from its latest checkpoint; `--resume previous-good`: "
+                        "from the newest checkpoint that verifies (when the latest is damaged)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
     return p
 

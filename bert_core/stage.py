@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from bert_core.identity import MARKER, identity
 from bert_core.train_config import TrainConfig
+from contracts.lock import others
 from contracts.common import NO_OUTPUT, Status
 
 RUN_CONFIG = "train_config.json"
@@ -97,7 +98,7 @@ def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Sta
     try:
         record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return Status("absent", NO_OUTPUT if not out.exists() else "no export record")
+        return Status("absent", NO_OUTPUT if not others(out) else "no export record")  # (the lock is not output)
     src = Path(checkpoint_or_run_dir)
     ckpt = latest_checkpoint(src) if (src / "checkpoints").is_dir() else src
     if not isinstance(record, dict) or record.get("source") != identity(ckpt):

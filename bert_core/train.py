@@ -12,6 +12,8 @@ run directory, resume config) happens before anything is written, on every rank 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,7 +21,7 @@ from typing import Any, Optional
 import torch.distributed as dist
 
 from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
-                                 resolve_checkpoint, verify_collective)
+                                 resolve_checkpoint, step_of, verify_collective)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
 # The stage's status, its run-dir facts and its result live in a torch-free module (the flows ask a
@@ -31,6 +33,7 @@ from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
 from contracts.common import UserError, build_config, write_json_atomic
+from contracts.lock import output_lock
 
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}
 
@@ -48,6 +51,38 @@ def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
         candidates += [v, dataset.dir / v] if not v.is_absolute() else [v]
     candidates.append(dataset.dir / "vocab.txt")
     return next((c for c in candidates if c.is_file()), None)
+
+
+def _checked_vocab(dataset: InstanceDataset) -> Optional[Path]:
+    """The dataset's vocab file, refused unless its tokens hash to the vocab_hash recorded with the
+    data: a vocab edited in place (or a vocab dir moved away) after the instances were made must not
+    be shipped in the checkpoint and the export."""
+    from data_jobs.tokenization import vocab_hash
+
+    vocab = _vocab_file(dataset)
+    if dataset.vocab_hash is None:
+        return vocab
+    if vocab is None:
+        where = dataset.vocab_file or dataset.dir / "vocab.txt"
+        raise UserError(f"{where}: the data's vocabulary is missing (vocab dir moved or deleted?); "
+                        f"the instances in {dataset.dir} were made with it")
+    found = vocab_hash(vocab)
+    if found != dataset.vocab_hash:
+        raise UserError(f"{vocab}: vocab hash {found} != {dataset.vocab_hash} recorded with the data in "
+                        f"{dataset.dir} (edited after the instances were made?)")
+    return vocab
+
+
+def _check_finite(step: int, metrics: dict[str, Any], config: TrainConfig) -> None:
+    """Stop before a non-finite step can be saved: it would become the latest checkpoint."""
+    loss = float(metrics.get("loss", 0.0))
+    norm = float(metrics.get("grad_norm", 0.0))
+    # grad_norm is NaN by convention where no norm was computed (no clipping, or DeepSpeed without one)
+    bad_norm = math.isinf(norm) or (math.isnan(norm) and config.engine == "torch" and config.clip_grad_norm > 0)
+    if not math.isfinite(loss) or bad_norm:
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {norm}"
+        raise UserError(f"step {step}: non-finite {what}; training stopped, nothing saved for this step "
+                        "(lower lr? check the data)")
 
 
 def _read_tokens(path: Path) -> list[str]:
@@ -96,6 +131,30 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
                         f"(its status: {st.state}, {st.reason})")
 
 
+def _resume_point(ckpt: CheckpointManager, rank: int, resume) -> Optional[Path]:
+    """The checkpoint to resume from, verified on every rank before any write. A damaged latest is
+    refused naming the previous complete one; ``resume="previous-good"`` takes the newest that verifies."""
+    first_problem = None
+    for path in reversed(ckpt.all()):
+        same_world = read_state(path).get("world_size", 1) == dist_world_size()
+        try:
+            verify_collective(path, rank, same_world)  # a damaged file is refused before any write
+        except UserError as err:
+            first_problem = first_problem or str(err)
+            continue
+        if first_problem is None or resume == "previous-good":
+            return path
+        raise UserError(f"{first_problem}; the previous complete checkpoint is {path}: pass "
+                        "`--resume previous-good` to resume from it")
+    if first_problem is not None:
+        raise UserError(f"{first_problem} (no earlier complete checkpoint to resume from)")
+    return None
+
+
+def dist_world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 @dataclass
 class _Plan:
     """Everything checked before the first write: the run is refused here or not at all."""
@@ -118,17 +177,19 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
     if not resume:  # a resumed run checks it below, on the accumulation of its world size
         config.global_batch(world.world_size)
-    vocab = _vocab_file(dataset)
+    vocab = _checked_vocab(dataset)
     init_state = _init_weights(config, dataset, mc, vocab)
     run_dir = Path(config.output_dir)
     _prepare_run_dir(config, run_dir, resume)
     ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
-    latest = ckpt.latest() if resume else None
+    latest = _resume_point(ckpt, world.rank, resume) if resume else None
     run_config = config
     if latest is not None:
         saved = read_state(latest)
+        if dataset.vocab_hash and saved.get("vocab_hash") not in (None, dataset.vocab_hash):
+            raise UserError(f"--resume: {latest} was trained with vocab hash {saved['vocab_hash']}, the data "
+                            f"in {dataset.dir} has {dataset.vocab_hash}")
         same_world = saved.get("world_size", world.world_size) == world.world_size
-        verify_collective(latest, world.rank, same_world)  # a damaged file is refused before any write
         if not same_world:
             run_config = elastic_config(config, saved, world.world_size, latest)
     run_config.global_batch(world.world_size)
@@ -158,12 +219,23 @@ def _build(config: TrainConfig, plan: _Plan):
 
 
 def run(config: TrainConfig, resume: bool = False) -> TrainResult:
-    """Train (or resume) one run; every rank of a launch calls this with the same config."""
+    """Train (or resume) one run; every rank of a launch calls this with the same config.
+    Rank 0 holds the output directory's one-writer lock (contracts.lock) for the whole run."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return _run(config, resume)
+    with output_lock(config.output_dir):
+        return _run(config, resume)
+
+
+def _run(config: TrainConfig, resume: bool) -> TrainResult:
     plan = _check(config, resume)
     world, run_dir, mc = plan.world, plan.run_dir, plan.model_config
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if plan.latest is not None:  # --resume previous-good: the damaged later ones never become latest
+            for later in [c for c in plan.ckpt.all() if step_of(c) > step_of(plan.latest)]:
+                later.rename(later.with_name(f"damaged-{later.name}"))
         write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash(),
                                                  "inputs": input_identity(config)})
     config = plan.config
@@ -182,6 +254,7 @@ def run(config: TrainConfig, resume: bool = False) -> TrainResult:
         while step < config.max_steps:
             metrics = engine.step([next(loader) for _ in range(config.grad_accum_steps)])
             step += 1
+            _check_finite(step, metrics, config)
             record = logger.log(step, metrics, config.global_batch(world.world_size)) or record
             if step % config.save_every == 0 or step == config.max_steps:
                 state = {"step": step, "tokens_seen": logger.tokens_seen, "loader": loader.state_dict(),

@@ -43,7 +43,8 @@ RUN_FIELDS = frozenset({
 class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected, validated on assignment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: `--lr inf` once trained and saved a complete checkpoint of non-finite weights.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
     # Fields naming the job's inputs (files, datasets, checkpoints). They do not enter the config hash
     # as paths: each stage's ``status`` compares its inputs by content identity instead (a dataset's

@@ -34,6 +34,7 @@ import numpy as np
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
                               write_json_atomic)
+from contracts.lock import output_lock, others
 from data_jobs.config import InstancesConfig
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
@@ -46,6 +47,9 @@ POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokeniz
 
 def part_name(shard: int, upper: int) -> str:
     return f"part-{shard:05d}-len{upper:04d}.parquet"
+
+
+WORK_RECORD = ".instances-work.json"  # the shards a run set out to make (named before their part files exist)
 
 
 def done_name(shard: int) -> str:
@@ -266,6 +270,43 @@ def _record_key(path: Path) -> dict | None:
         return None
 
 
+def _owned(out: Path) -> set[str]:
+    """Names in ``out`` that this job's own records vouch for: its manifest and the files it lists, its
+    done-records and the files they list. Anything else in the directory is the user's."""
+    names = {MANIFEST_NAME}
+    try:
+        m = Manifest.read(out) if (out / MANIFEST_NAME).is_file() else None
+    except UserError:
+        m = None
+    if m is not None and m.kind == "instances":
+        names.update(f.name for f in m.files)
+    try:  # the shards a run was working on when it was killed: their part files are ours, unrecorded
+        work = json.loads((out / WORK_RECORD).read_text(encoding="utf-8"))
+        names.add(WORK_RECORD)
+        names.update(p.name for s in work["shards"] for p in out.glob(f"part-{int(s):05d}-len[0-9][0-9][0-9][0-9].parquet"))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for rec in out.glob("part-*.done.json"):
+        try:
+            files = json.loads(rec.read_text(encoding="utf-8"))["files"]
+            names.update([rec.name, *(f["name"] for f in files)])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a record of ours
+    return names
+
+
+def _refuse_foreign(out: Path) -> set[str]:
+    """The owned names of ``out``; UserError if it holds anything else (a Spark output's part-*.parquet,
+    a user's notes): a job never deletes or overwrites a file its own records do not name."""
+    owned = _owned(out)
+    foreign = sorted(p.name for p in others(out) if p.name not in owned and not p.name.startswith(".tmp-part-"))
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise UserError(f"{out}: not empty and holds files this job did not write ({foreign[0]}{more}); "
+                        "use a new output dir")
+    return owned
+
+
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
     _, shard_files, input_hash = _load_shards(cfg.shards_dir)
@@ -276,6 +317,13 @@ def run(cfg: InstancesConfig) -> Manifest:
                         f"'problems' in its {MANIFEST_NAME}); nothing to make instances from")
     vocab = load_vocab_dir(cfg.vocab_dir)
     out = Path(cfg.output_dir)
+    with output_lock(out):  # one writer per output directory
+        return _run_locked(cfg, out, shard_files, input_hash, vocab)
+
+
+def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], input_hash: str,
+                vocab: VocabInfo) -> Manifest:
+    owned = _refuse_foreign(out)
     state = _status(cfg, vocab, input_hash, deep=True)
     existing = _check_output(out, cfg, vocab) if out.is_dir() else None  # or a one-line refusal
     if not state.fresh:
@@ -299,16 +347,21 @@ def run(cfg: InstancesConfig) -> Manifest:
     # longest worker's queue; the output does not depend on the order.
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
+        # A work record first: part files of a run killed before its done-records stay ours to redo.
+        write_json_atomic(out / WORK_RECORD, {"shards": todo})
         records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
-    _remove_orphans(out, records)
-    return _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
+    _remove_orphans(out, records, owned)
+    manifest = _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
+    (out / WORK_RECORD).unlink(missing_ok=True)
+    return manifest
 
 
-def _remove_orphans(out: Path, records: dict[int, dict]) -> None:
-    """Drop part files of an earlier input (e.g. more shards then) that this result does not list."""
+def _remove_orphans(out: Path, records: dict[int, dict], owned: set[str]) -> None:
+    """Drop part files of an earlier input (e.g. more shards then) that this result does not list;
+    only those our own records named when the run started (``owned``)."""
     keep = {f["name"] for rec in records.values() for f in rec["files"]} | {done_name(s) for s in records}
     for p in list(out.glob("part-*.parquet")) + list(out.glob("part-*.done.json")):
-        if p.name not in keep:
+        if p.name not in keep and p.name in owned:
             p.unlink()
 
 

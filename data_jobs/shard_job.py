@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
                               stable_hash)
+from contracts.lock import output_lock, others
 from data_jobs.config import ShardConfig
 from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
@@ -105,7 +106,7 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, stat
                     f"{out}: holds another config's data ({old.kind}, config_hash {old.config_hash}, "
                     f"this config {chash}); use a new output dir or --overwrite"
                 )
-            _clear(out)
+            _clear(out, old)
         elif old.stats.get("inputs_hash") == ihash:
             if state.done:
                 return old
@@ -119,8 +120,8 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, stat
                 )
         # From here on the directory is being rewritten: it must not look finished.
         (out / MANIFEST_NAME).unlink(missing_ok=True)
-    elif out.is_dir() and any(out.iterdir()):
-        ours = all(p.name == WORK or p.name.startswith((".tmp-", "shard-")) for p in out.iterdir())
+    elif others(out):
+        ours = all(p.name == WORK or p.name.startswith((".tmp-", "shard-")) for p in others(out))
         if not ours and not config.overwrite:
             raise UserError(f"{out}: not empty and not a bertflow documents dataset; use a new output dir")
     out.mkdir(parents=True, exist_ok=True)
@@ -131,9 +132,10 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, stat
     return None
 
 
-def _clear(out: Path) -> None:
-    for p in out.glob("shard-*.parquet"):
-        p.unlink()
+def _clear(out: Path, old: Manifest) -> None:
+    """Remove another config's dataset (--overwrite): only the files its manifest names."""
+    for e in old.files:
+        (out / e.name).unlink(missing_ok=True)
     (out / MANIFEST_NAME).unlink(missing_ok=True)
     shutil.rmtree(out / WORK, ignore_errors=True)
 
@@ -163,7 +165,12 @@ def run(config: ShardConfig) -> Manifest:
     # Ray workers may not share the driver's working directory: hand them absolute paths.
     out = Path(config.output_dir).resolve()
     config = config.model_copy(update={"output_dir": str(out)})
-    units = expand_inputs(config)
+    units = expand_inputs(config)  # bad inputs are refused before the output dir is even created
+    with output_lock(out):  # one writer per output directory
+        return _run_locked(config, out, units)
+
+
+def _run_locked(config: ShardConfig, out: Path, units: list[Unit]) -> Manifest:
     state, records = _status(config, units, deep=True)
     chash, ihash = config.config_hash(), _inputs_hash(records)
     done = _prepare_output(out, config, chash, ihash, state)  # or a one-line refusal

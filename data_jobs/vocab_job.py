@@ -25,6 +25,7 @@ from tokenizers import BertWordPieceTokenizer
 from tokenizers.normalizers import BertNormalizer
 
 from contracts.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
+from contracts.lock import output_lock, others
 from contracts.schema import MANIFEST_NAME, Manifest, file_entry
 from data_jobs.config import VocabConfig
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
@@ -116,8 +117,30 @@ def _status(cfg: VocabConfig, source: str, deep: bool) -> Status:
 def run(cfg: VocabConfig) -> Manifest:
     """Write the vocab dataset of ``cfg`` (skipped when an identical one is already there)."""
     out = Path(cfg.output_dir)
-    target = out / VOCAB_FILE
     source = _source_hash(cfg)  # validates an adopted vocab before anything is written
+    with output_lock(out):  # one writer per output directory
+        return _run_locked(cfg, out, source)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """A job never overwrites a file its own manifest does not name (a user's vocab.txt, notes...)."""
+    owned = {MANIFEST_NAME}
+    try:
+        m = Manifest.read(out) if (out / MANIFEST_NAME).is_file() else None
+    except UserError:
+        m = None
+    if m is not None and m.kind == "vocab":
+        owned.update(f.name for f in m.files)
+    foreign = sorted(p.name for p in others(out) if p.name not in owned and not p.name.startswith(".tmp-"))
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise UserError(f"{out}: not empty and holds files this job did not write ({foreign[0]}{more}); "
+                        "use a new output dir")
+
+
+def _run_locked(cfg: VocabConfig, out: Path, source: str) -> Manifest:
+    _refuse_foreign(out)
+    target = out / VOCAB_FILE
     state = _status(cfg, source, deep=True)
     if state.reason == "config differs":
         m = Manifest.read(out)

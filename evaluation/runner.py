@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from bert_core.identity import identity
+from contracts.lock import output_lock
 from contracts.common import NO_OUTPUT, Status, write_json_atomic
 from data_jobs.fanout import fan_out
 from evaluation.config import EvalBase
@@ -87,12 +88,13 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
     if state.done:
         return read_results(cfg)
     out = Path(cfg.output_dir)
-    (out / STAGE_RECORD).unlink(missing_ok=True)  # never vouch for results being rewritten
-    import evaluation  # the package runs run_<kind>; imported here: it imports this module
+    with output_lock(out):  # one writer per output directory (contracts.lock)
+        (out / STAGE_RECORD).unlink(missing_ok=True)  # never vouch for results being rewritten
+        import evaluation  # the package runs run_<kind>; imported here: it imports this module
 
-    results = getattr(evaluation, f"run_{kind}")(cfg)
-    if not (out / RESULTS).is_file():
-        write_json_atomic(out / RESULTS, results)
-    write_json_atomic(out / STAGE_RECORD, {"kind": kind, "config_hash": cfg.config_hash(),
-                                           "inputs": input_identity(cfg)})
+        results = getattr(evaluation, f"run_{kind}")(cfg)
+        if not (out / RESULTS).is_file():
+            write_json_atomic(out / RESULTS, results)
+        write_json_atomic(out / STAGE_RECORD, {"kind": kind, "config_hash": cfg.config_hash(),
+                                               "inputs": input_identity(cfg)})
     return results

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from contracts.common import stable_hash
 from contracts.schema import Manifest, file_entry, instances_schema
+from data_jobs.tokenization import vocab_hash
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -61,7 +62,7 @@ def write_dataset(out: Path, n: int = 64, vocab_size: int = 100, max_seq: int = 
     vocab = write_vocab(out / "vocab.txt", vocab_size)
     config = {"max_seq_length": max_seq, "max_predictions_per_seq": max_pred, "length_bin_size": bin_size, "seed": seed}
     Manifest(
-        kind="instances", config=config, config_hash=stable_hash(config), vocab_hash=stable_hash(vocab.read_text()),
+        kind="instances", config=config, config_hash=stable_hash(config), vocab_hash=vocab_hash(vocab),
         files=entries,
         totals={"instances": n, "vocab_size": vocab_size, "vocab_file": "vocab.txt", "lowercase": True,
                 "max_seq_length": max_seq, "max_predictions_per_seq": max_pred, "sentence_task": "nsp"},
