@@ -1,0 +1,136 @@
+"""Hostile cases "on a cluster" (issue 10): relative paths given to jobs joining an existing Ray cluster
+started from another directory, the README's ``ray job submit --runtime-env ...`` commands, and user
+errors inside a submitted job. One shared two-node cluster (token auth on) from tests/scale/conftest.py.
+
+Each case asserts the exit code, the one ``bertflow: error:`` line (or the files where the user
+expects them), no traceback, and nothing that looks finished where it should not.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scale_support import BIN, REPO, run_cli, write_corpus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2, f"rc {proc.returncode}\n{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("bertflow: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _manifest_files_exist(out: Path) -> None:
+    """Every data file the manifest names is beside it (the manifest vouches for nothing elsewhere)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    names = [f["name"] for f in manifest.get("files", [])]
+    assert names, manifest.keys()
+    for name in names:
+        assert (out / name).is_file(), f"manifest names {name}, not in {out}"
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory) -> Path:
+    """A user's directory, not the cluster's working directory, holding a small corpus."""
+    root = tmp_path_factory.mktemp("user")
+    write_corpus(root / "text", files=3, docs_per_file=20, seed=4)
+    return root
+
+
+@pytest.fixture(scope="module")
+def rel_datasets(two_node_cluster, user_dir) -> Path:
+    """shard, vocab and instances with relative paths only, run from the user's directory while the
+    cluster runs elsewhere: the Parquet files must land beside the user's manifests."""
+    env, addr = two_node_cluster.env, two_node_cluster.address
+    steps = [
+        ["-m", "data_jobs.shard_job", "--inputs", "text", "--input-format", "bert", "--output-dir", "reldocs",
+         "--num-shards", "3", "--engine", "ray", "--ray-address", addr],
+        ["-m", "data_jobs.vocab_job", "--shards-dir", "reldocs", "--output-dir", "relvocab", "--vocab-size", "120",
+         "--min-frequency", "1"],
+        ["-m", "data_jobs.instances_job", "--shards-dir", "reldocs", "--vocab-dir", "relvocab", "--output-dir",
+         "relout", "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--dupe-factor", "2",
+         "--engine", "ray", "--ray-address", addr],
+    ]
+    for args in steps:
+        proc = run_cli(args, env, timeout=240, cwd=user_dir)
+        assert proc.returncode == 0, f"{args}\n{proc.stderr[-3000:]}"
+    return user_dir
+
+
+def test_relative_output_dirs_on_a_cluster_started_elsewhere(rel_datasets):
+    for name in ("reldocs", "relout"):
+        out = rel_datasets / name
+        assert list(out.rglob("*.parquet")), f"no Parquet files in the user's {name}"
+        _manifest_files_exist(out)
+    # Nothing written relative to the cluster's working directory (the repository, the tests' cwd).
+    for name in ("reldocs", "relvocab", "relout"):
+        assert not (REPO / name).exists()
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--shards-dir", "no_such_docs", "no_such_docs"),
+    ("--vocab-dir", "no_such_vocab", "no_such_vocab"),
+])
+def test_relative_missing_input_on_a_cluster_is_one_line(two_node_cluster, rel_datasets, flag, value, needle):
+    args = {"--shards-dir": "reldocs", "--vocab-dir": "relvocab"}
+    args[flag] = value
+    proc = run_cli(["-m", "data_jobs.instances_job", *sum(([k, v] for k, v in args.items()), []),
+                    "--output-dir", "relout_missing", "--engine", "ray", "--ray-address", two_node_cluster.address],
+                   two_node_cluster.env, timeout=180, cwd=rel_datasets)
+    line = _one_error_line(proc, needle)
+    assert str(rel_datasets) in line  # the absolute path the user's relative one meant
+    assert not (rel_datasets / "relout_missing" / "manifest.json").exists()
+
+
+def test_relative_input_glob_with_no_match_is_one_line(two_node_cluster, rel_datasets):
+    proc = run_cli(["-m", "data_jobs.shard_job", "--inputs", "nothing/*.txt", "--output-dir", "relnone",
+                    "--engine", "ray", "--ray-address", two_node_cluster.address],
+                   two_node_cluster.env, timeout=180, cwd=rel_datasets)
+    _one_error_line(proc)
+    assert not (rel_datasets / "relnone" / "manifest.json").exists()
+
+
+def _submit(cluster, entry: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The README's command: `ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m ...`."""
+    cmd = [str(BIN / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{cluster.dashboard_port}",
+           "--runtime-env", "cluster/ray/runtime_env.yaml", "--", "python", *entry]
+    return subprocess.run(cmd, env=cluster.env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("job", ["shard", "instances"])
+def test_readme_ray_job_submit_with_runtime_env(two_node_cluster, rel_datasets, tmp_path, job):
+    """The two jobs whose ray.init used to conflict with the job's runtime env (issue 10)."""
+    docs, vocab = rel_datasets / "reldocs", rel_datasets / "relvocab"
+    if job == "shard":
+        entry = ["-m", "data_jobs.shard_job", "--inputs", str(rel_datasets / "text"), "--input-format", "bert",
+                 "--output-dir", str(tmp_path / "out"), "--num-shards", "2"]
+    else:
+        entry = ["-m", "data_jobs.instances_job", "--shards-dir", str(docs), "--vocab-dir", str(vocab),
+                 "--output-dir", str(tmp_path / "out"), "--max-seq-length", "32", "--dupe-factor", "1"]
+    proc = _submit(two_node_cluster, entry)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    assert "Failed to merge" not in text
+    assert "succeeded" in text
+    _manifest_files_exist(tmp_path / "out")
+
+
+def test_ray_job_submit_user_error_is_one_line(two_node_cluster, tmp_path):
+    """A user error inside a submitted job: the job fails, its log holds the one line, no traceback."""
+    proc = _submit(two_node_cluster, ["-m", "data_jobs.instances_job", "--shards-dir", str(tmp_path / "gone"),
+                                      "--vocab-dir", str(tmp_path / "gone2"), "--output-dir", str(tmp_path / "o")])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    # Ray prints the job's log twice (tailed, then in the status message): one distinct line.
+    lines = {x for x in text.splitlines() if "bertflow: error:" in x}
+    assert len(lines) == 1 and "gone" in lines.pop(), text[-3000:]
+    assert not (tmp_path / "o" / "manifest.json").exists()
