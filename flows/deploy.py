@@ -60,7 +60,9 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
 
     from flows import pipeline
 
-    cfg = pipeline.load_pipeline_config(args.config, args.output_root)
+    # Without a config, the demo preset under runs/prefect: the folder prefect.yaml's deployments use.
+    output_root = args.output_root or (None if args.config else "runs/prefect")
+    cfg = pipeline.load_pipeline_config(args.config, output_root)
     params = {"config": cfg.model_dump(mode="json")}
     out = []
     for spec in DEPLOYMENTS:
