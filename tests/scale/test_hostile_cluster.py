@@ -134,3 +134,72 @@ def test_ray_job_submit_user_error_is_one_line(two_node_cluster, tmp_path):
     lines = {x for x in text.splitlines() if "bertflow: error:" in x}
     assert len(lines) == 1 and "gone" in lines.pop(), text[-3000:]
     assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+# ---------------------------------------------------------------- bertflow train with a launcher
+
+def _tree(root: int) -> list[int]:
+    from bert_core.launch import _descendants
+
+    return _descendants(root)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory) -> Path:
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "bert_core"))
+    from train_helpers import write_dataset
+
+    return write_dataset(tmp_path_factory.mktemp("tiny") / "data", n=64, vocab_size=100, max_seq=32)
+
+
+TRAIN = ["-m", "bert_core.launch", "--launcher", "torchrun", "--num-workers", "2", "--engine", "deepspeed",
+         "--zero-stage", "1", "--micro-batch-size", "2", "--log-every", "1"]
+
+
+@pytest.mark.deepspeed
+def test_torchrun_rank_user_error_is_one_line_exit_2(tmp_path):
+    from scale_support import base_env
+
+    proc = run_cli([*TRAIN, "--data-dir", str(tmp_path / "no_data"), "--output-dir", str(tmp_path / "run"),
+                    "--max-steps", "2"], base_env(), timeout=420)
+    _one_error_line(proc, "no_data")
+    assert "ChildFailedError" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.deepspeed
+def test_sigterm_to_bertflow_train_stops_every_rank(tiny_data, tmp_path):
+    import os
+    import signal
+    import sys
+    import time
+
+    from scale_support import base_env
+
+    cmd = [sys.executable, *TRAIN, "--data-dir", str(tiny_data), "--output-dir", str(tmp_path / "run"),
+           "--max-steps", "100000", "--save-every", "100000"]
+    proc = subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline, ranks = time.monotonic() + 400, []
+        # Wait until both ranks train (a metrics row is logged), as a user would press Ctrl-C mid-run.
+        while time.monotonic() < deadline and proc.poll() is None:
+            metrics = tmp_path / "run" / "metrics.jsonl"
+            if metrics.exists() and metrics.read_text().strip():
+                ranks = _tree(proc.pid)
+                break
+            time.sleep(1)
+        assert proc.poll() is None and ranks, "training never started"
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "every rank stopped" in out
+    time.sleep(1)
+    alive = [p for p in ranks if Path(f"/proc/{p}").exists()
+             and b"bert_core" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert not alive, f"ranks still running: {alive}"
