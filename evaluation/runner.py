@@ -88,7 +88,7 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
         return read_results(cfg)
     out = Path(cfg.output_dir)
     (out / STAGE_RECORD).unlink(missing_ok=True)  # never vouch for results being rewritten
-    from bert_core import evaluation
+    import evaluation  # the package: run_glue, run_squad, run_ner, run_intrinsic
 
     results = getattr(evaluation, f"run_{kind}")(cfg)
     if not (out / RESULTS).is_file():
