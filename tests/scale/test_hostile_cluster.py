@@ -203,3 +203,106 @@ def test_sigterm_to_bertflow_train_stops_every_rank(tiny_data, tmp_path):
     alive = [p for p in ranks if Path(f"/proc/{p}").exists()
              and b"bert_core" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert not alive, f"ranks still running: {alive}"
+
+
+# ---------------------------------------------------------------- no cluster needed
+
+@pytest.mark.parametrize("model,fields,resolved", [
+    ("ShardConfig", {"inputs": ["text"], "output_dir": "out"}, ["inputs", "output_dir"]),
+    ("ShardConfig", {"inputs": ["a/*.txt", "builtin:python-docs"], "output_dir": "../x"}, ["output_dir"]),
+    ("VocabConfig", {"shards_dir": "docs", "output_dir": "v"}, ["shards_dir", "output_dir"]),
+    ("VocabConfig", {"vocab_file": "~/vocab.txt", "output_dir": "./v"}, ["vocab_file", "output_dir"]),
+    ("InstancesConfig", {"shards_dir": "d", "vocab_dir": "v", "output_dir": "relout"},
+     ["shards_dir", "vocab_dir", "output_dir"]),
+    ("InstancesConfig", {"shards_dir": "a/../d", "vocab_dir": "~/v", "output_dir": "o/"},
+     ["shards_dir", "vocab_dir", "output_dir"]),
+])
+def test_config_paths_are_absolute_before_any_task(model, fields, resolved, tmp_path, monkeypatch):
+    """A config read anywhere (CLI, flow, YAML) holds absolute paths, so a Ray task on a cluster started
+    from another directory writes where the user meant; built-in corpora stay as they are."""
+    import os
+
+    from data_jobs import config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = getattr(config, model)(**fields)
+    for name in resolved:
+        value = getattr(cfg, name)
+        for v in value if isinstance(value, list) else [value]:
+            if not v.startswith("builtin:"):
+                assert os.path.isabs(v) and "~" not in v and "/../" not in v, (name, v)
+                assert v.startswith(str(tmp_path.parent)) or v.startswith(os.path.expanduser("~"))
+    if "builtin:python-docs" in fields.get("inputs", []):
+        assert "builtin:python-docs" in cfg.inputs
+
+
+@pytest.mark.parametrize("job_env,expected", [
+    (None, {"TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS", "RAY_USAGE_STATS_ENABLED"}),
+    ({"runtime_env": {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1",
+                                   "RAY_USAGE_STATS_ENABLED": "0"}}}, set()),
+    ({"runtime_env": {"env_vars": {"RAYON_NUM_THREADS": "4"}}}, {"TOKENIZERS_PARALLELISM", "RAY_USAGE_STATS_ENABLED"}),
+    ({"runtime_env": {"working_dir": "gcs://x.zip"}}, {"TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS",
+                                                      "RAY_USAGE_STATS_ENABLED"}),
+    ("not json", {"TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS", "RAY_USAGE_STATS_ENABLED"}),
+])
+def test_driver_runtime_env_never_conflicts_with_the_jobs(job_env, expected, monkeypatch):
+    """ray.init inside `ray job submit` may not name a variable the job's runtime env names (Ray: 'Failed
+    to merge the Job's runtime env ... because of a conflict'): the job's value wins."""
+    from data_jobs.ray_util import driver_runtime_env
+
+    if job_env is None:
+        monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    else:
+        monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", job_env if isinstance(job_env, str) else json.dumps(job_env))
+    assert set(driver_runtime_env().get("env_vars", {})) == expected
+
+
+@pytest.mark.parametrize("job,args", [
+    ("shard_job", ["--inputs", "no_such_corpus", "--output-dir", "o1"]),
+    ("shard_job", ["--inputs", "no_such/*.txt", "--output-dir", "o2"]),
+    ("vocab_job", ["--shards-dir", "no_such_docs", "--output-dir", "o3"]),
+    ("vocab_job", ["--vocab-file", "no_such_vocab.txt", "--output-dir", "o4"]),
+    ("instances_job", ["--shards-dir", "no_such_docs", "--vocab-dir", "no_such_vocab", "--output-dir", "o5"]),
+])
+def test_relative_missing_inputs_local_engine_one_line(job, args, tmp_path):
+    """The same relative inputs without Ray: the line names the absolute path the relative one meant."""
+    from scale_support import base_env
+
+    proc = run_cli(["-m", f"data_jobs.{job}", *args, "--engine", "local"] if job != "vocab_job"
+                   else ["-m", f"data_jobs.{job}", *args], base_env(), timeout=120, cwd=tmp_path)
+    line = _one_error_line(proc, "no_such")
+    assert str(tmp_path) in line
+    assert not any(tmp_path.rglob("manifest.json"))
+
+
+CHILD_IN_OWN_SESSION = r"""
+import subprocess, sys, time
+# Like torchrun: the 'rank' runs in a session of its own, so the parent's process group misses it.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_tree_stops_ranks_in_their_own_sessions():
+    """launch.stop_tree: the launcher and every process below it, whatever its session."""
+    import sys
+    import time
+
+    from bert_core.launch import _alive, _descendants, stop_tree
+
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_IN_OWN_SESSION], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while not _descendants(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = _descendants(proc.pid)
+        assert ranks
+        stop_tree(proc, grace_s=10)
+        assert proc.poll() is not None
+        assert not any(_alive(p) for p in ranks)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
