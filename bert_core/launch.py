@@ -15,8 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -89,17 +92,106 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path:
     cmd = command(config, cfg_file, resume)
     log("launching: " + " ".join(cmd))
     tail: deque[str] = deque(maxlen=200)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    # Its own session: a Ctrl-C at the terminal reaches only this process, which stops every rank itself.
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as proc, _stop_ranks_on_signal(proc):
+        failed = False
         for line in proc.stdout:
             tail.append(line.rstrip("\n"))
-            log(tail[-1])
+            # After a rank's one-line error, the rest is the launcher's ChildFailedError page and the
+            # other ranks' teardown: kept in the tail, not shown; the line itself is raised below.
+            failed = failed or "bertflow: error: " in tail[-1]
+            if not failed:
+                log(tail[-1])
     if proc.returncode != 0:
         # torchrun turns a rank's exit 2 into its own exit 1 plus a page of ChildFailedError.
         errors = [line.split("bertflow: error: ", 1)[1] for line in tail if "bertflow: error: " in line]
         if errors:
-            raise UserError(errors[-1])
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}")
+            raise UserError(errors[0])
+        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}; its last lines:\n" + "\n".join(list(tail)[-20:]))
     return run_dir
+
+
+class Stopped(SystemExit):
+    """Training stopped by a signal after every rank was stopped (exit 128 + signal number)."""
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc): torchrun starts each rank in a session of its
+    own, so signalling the launcher's process group misses them (../shared/ENVIRONMENT.md)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the launcher's group and every rank below it; SIGKILL what is left after ``grace_s``."""
+    pids = _descendants(proc.pid)  # before the launcher dies: then its ranks are re-parented
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in [proc.pid, *pids]:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and (proc.poll() is None or any(_alive(p) for p in pids)):
+            time.sleep(0.2)
+        if proc.poll() is not None and not any(_alive(p) for p in pids):
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie has stopped
+    except OSError:
+        return False
+
+
+class _stop_ranks_on_signal:
+    """While the launcher runs: SIGINT (Ctrl-C) or SIGTERM stops every rank, then exits 128 + signal.
+    Only in the main thread (Python delivers signals there); elsewhere the caller's handling stands."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.saved = proc, {}
+
+    def _handler(self, signum, frame) -> None:
+        raise Stopped(128 + signum)
+
+    def __enter__(self) -> "_stop_ranks_on_signal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.saved[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, kind, err, tb) -> None:
+        try:
+            if err is not None and self.proc.poll() is None:
+                stop_tree(self.proc)
+        finally:
+            for sig, handler in self.saved.items():
+                signal.signal(sig, handler)
+        if isinstance(err, (Stopped, KeyboardInterrupt)):
+            code = err.code if isinstance(err, Stopped) else 128 + signal.SIGINT
+            print(f"bertflow: stopped by signal {signal.Signals(code - 128).name}: every rank stopped "
+                  "(continue with --resume)", file=sys.stderr, flush=True)
+            raise Stopped(code) from None
 
 
 # ---------------------------------------------------------------- CLI

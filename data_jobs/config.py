@@ -2,11 +2,22 @@
 as forms). Every field is documented; unknown keys are rejected."""
 from __future__ import annotations
 
+import os
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from contracts.common import RUN_FIELDS, StrictModel
+
+def absolute(path: Optional[str]) -> Optional[str]:
+    """``path`` made absolute against this process's working directory (``~`` expanded). Done when a
+    config is read, before any path crosses into a Ray task: a task on a cluster started elsewhere
+    runs in the cluster's working directory, where a relative path names another place (issue 10).
+    Built-in corpora and URLs pass unchanged."""
+    if path is None or path.startswith("builtin:") or "://" in path:
+        return path
+    return os.path.abspath(os.path.expanduser(path))
+
 
 InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "jsonl", "parquet"]
 
@@ -54,6 +65,13 @@ class ShardConfig(RayOptions):
     )
     overwrite: bool = Field(False, description="replace the shards of another config found in output_dir")
 
+    @field_validator("inputs")
+    @classmethod
+    def _absolute_inputs(cls, value: list[str]) -> list[str]:
+        return [absolute(v) for v in value]
+
+    _absolute_output = field_validator("output_dir")(classmethod(lambda cls, v: absolute(v)))
+
 
 class VocabConfig(StrictModel):
     """Train a WordPiece vocab over document shards, or adopt an existing vocab.txt."""
@@ -71,6 +89,9 @@ class VocabConfig(StrictModel):
         default_factory=lambda: ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
         description="special tokens, placed first; must include [CLS], [SEP], [MASK], [UNK], [PAD]",
     )
+
+    _absolute_paths = field_validator("shards_dir", "output_dir", "vocab_file")(
+        classmethod(lambda cls, v: absolute(v)))
 
     @model_validator(mode="after")
     def _source(self) -> "VocabConfig":
@@ -115,6 +136,9 @@ class InstancesConfig(RayOptions):
     split: Literal["train", "heldout"] = Field(
         "train", description="which side of heldout_shards to make instances from (random-next B too)"
     )
+
+    _absolute_paths = field_validator("shards_dir", "vocab_dir", "output_dir")(
+        classmethod(lambda cls, v: absolute(v)))
 
     @model_validator(mode="after")
     def _split_needs_heldout(self) -> "InstancesConfig":

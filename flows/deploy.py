@@ -60,7 +60,9 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
 
     from flows import pipeline
 
-    cfg = pipeline.load_pipeline_config(args.config, args.output_root)
+    # Without a config, the demo preset under runs/prefect: the folder prefect.yaml's deployments use.
+    output_root = args.output_root or (None if args.config else "runs/prefect")
+    cfg = pipeline.load_pipeline_config(args.config, output_root)
     params = {"config": cfg.model_dump(mode="json")}
     out = []
     for spec in DEPLOYMENTS:
@@ -136,5 +138,33 @@ def main_serve(argv: Sequence[str] | None = None) -> int:
     _require_api()
     from prefect import serve
 
-    serve(*_runner_deployments(args, None, None), limit=args.limit)
+    deployments = _runner_deployments(args, None, None)
+    resume_served(deployments)
+    serve(*deployments, limit=args.limit)
     return 0
+
+
+def resume_served(deployments: Sequence[Any]) -> list[str]:
+    """Resume the deployments this process is about to serve: ``prefect.serve`` stopped gracefully
+    (Ctrl-C, a SIGTERM turned into one) pauses every deployment it served (../shared/ENVIRONMENT.md), and a restarted serve would otherwise
+    poll deployments that never schedule a run. One shipped paused (the nightly schedule) stays as it
+    is. Returns the names resumed; a deployment not registered yet is created by ``serve`` itself."""
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    resumed = []
+    with get_client(sync_client=True) as client:
+        for dep in deployments:
+            if dep.paused:
+                continue
+            name = f"{dep.flow_name}/{dep.name}"
+            try:
+                current = client.read_deployment_by_name(name)
+            except ObjectNotFound:
+                continue
+            if current.paused:
+                client.resume_deployment(current.id)
+                resumed.append(name)
+    if resumed:
+        print("resumed (paused by a previous serve's shutdown): " + ", ".join(resumed), flush=True)
+    return resumed

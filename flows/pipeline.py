@@ -94,8 +94,24 @@ def pretraining_pipeline(config: PipelineConfig) -> dict[str, Any]:
     data = prepare_data(config)
     trained = pretrain(config)
     results = evaluate(config)
+    publish_on_top(data, trained, results)
     summary = write_summary(plan, data, trained, results)
     return {"data": data, "train": trained, "eval": results, "summary": str(summary)}
+
+
+def publish_on_top(data: dict, trained: dict, results: dict) -> None:
+    """The sub-runs' tables and loss curve again on the top-level run, whose Artifacts tab is where a
+    user looks first (issue 10); the same keys, so each key's latest version is this run's."""
+    from contracts.schema import Manifest
+
+    manifests = {stage: (directory, Manifest.read(directory)) for stage, directory in data.items()}
+    art.publish_table(art.KEY_DATA, art.stats_rows(manifests), "bertflow data statistics (one row per dataset)")
+    rows = [{"phase": name, **r} for name, rec in trained["phases"].items() for r in art.read_metrics(rec["metrics_file"])]
+    art.publish_table(art.KEY_TRAIN, art.metrics_rows(rows), "bertflow training metrics (sampled)")
+    if Path(trained["loss_curve"]).is_file():
+        art.publish_loss_curve(Path(trained["loss_curve"]), f"loss curve; file: {trained['loss_curve']}")
+    if results:
+        art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
 
 
 def write_summary(plan: Plan, data: dict, trained: dict, results: dict) -> Path:

@@ -134,6 +134,9 @@ def test_artifacts_published(first_run):
     }
     stats = json.loads(next(a.data for a in arts if a.key == "bertflow-data-stats"))
     assert {row["stage"] for row in stats} >= {"documents", "vocab", "instances:phase1", "instances:heldout"}
+    # The top-level run itself holds every table and the loss curve, not only the summary (issue 10).
+    top = first_run["state"].state_details.flow_run_id
+    assert {a.key for a in arts if a.flow_run_id == top} == set(kinds)
 
 
 def test_rerun_skips_every_stage(first_run):

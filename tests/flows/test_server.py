@@ -76,3 +76,39 @@ def test_bertflow_serve_takes_over_a_deployment(completed_run, prefect_server, t
         assert served["status"] == "READY"  # a runner is polling for it
     finally:
         stop(proc)
+
+
+def test_bertflow_serve_resumes_what_a_sigterm_paused(prefect_server, tmp_path):
+    """prefect.serve pauses its deployments when SIGTERM stops it; the next ``bertflow serve`` resumes
+    them on start (issue 10), so a restarted server's schedules run again."""
+    import subprocess
+    import time
+
+    from flowtest_support import BIN, stop
+
+    api, name = prefect_server["api"], "prepare-data/default"
+
+    def serve_until(cond, label: str):
+        log = tmp_path / f"serve-{label}.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen([str(BIN / "bertflow"), "serve", "--only", name, "--output-root",
+                                     str(tmp_path / "out")], env=prefect_server["env"], cwd=tmp_path,
+                                    stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not cond(deployments_by_name(api).get(name)):
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.5)
+        finally:
+            stop(proc)  # SIGTERM to the process group, as a service manager stops it
+        return log
+
+    serve_until(lambda d: d is not None and d["status"] == "READY", "first")
+    # What a serve's graceful shutdown (Ctrl-C, or a SIGTERM where a handler makes it graceful) does:
+    # pause every deployment it served. Done here through the API so the test does not depend on it.
+    dep_id = deployments_by_name(api)[name]["id"]
+    httpx.post(f"{api}/deployments/{dep_id}/pause_deployment").raise_for_status()
+    assert deployments_by_name(api)[name]["paused"] is True
+    log = serve_until(lambda d: d["paused"] is False and d["status"] == "READY", "second")
+    assert name in log.read_text()  # the resume was said, in one line

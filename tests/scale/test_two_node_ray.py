@@ -39,6 +39,33 @@ instances_job.run(build_config(InstancesConfig, dict(shards_dir=root + "/docs", 
 """ % NUM_SHARDS
 
 
+# A job's CLI whose Ray tasks are pinned round-robin to the given nodes (hard node affinity): where a
+# test checks that a job spans both nodes, placement is forced, not hoped for (under load Ray may run
+# every task of a job on one node, reusing a worker lease). The job's own code runs unchanged.
+PINNED = r"""
+import importlib, itertools, sys, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+turn = itertools.cycle(sys.argv[2].split(","))
+real_remote = ray.remote
+class Pinned:
+    def __init__(self, fn, opts): self.fn, self.opts = fn, opts
+    def options(self, **kw): return Pinned(self.fn, {**self.opts, **kw})
+    def remote(self, *args, **kw):
+        where = NodeAffinitySchedulingStrategy(next(turn), soft=False)
+        return self.fn.options(**self.opts, scheduling_strategy=where).remote(*args, **kw)
+ray.remote = lambda *a, **k: (lambda fn: Pinned(real_remote(*a, **k)(fn), {}))
+job = importlib.import_module(sys.argv[1])
+raise SystemExit(job.main(sys.argv[3:]))
+"""
+
+
+def _pinned(cluster, module_args: list[str]) -> list[str]:
+    """``["-m", module, *args]`` as a PINNED run over both of ``cluster``'s nodes."""
+    assert module_args[0] == "-m"
+    nodes = ",".join(sorted(cluster.node_ids().values()))
+    return ["-c", PINNED, module_args[1], nodes, *module_args[2:]]
+
+
 def _ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
@@ -65,8 +92,9 @@ def test_shard_job_spans_both_nodes_and_matches_single_node(two_node_cluster, co
     cluster = two_node_cluster
     before = set(cluster.task_nodes())
     out = tmp_path_factory.mktemp("two") / "docs"
-    _ok(run_cli(["-m", "data_jobs.shard_job", "--input", str(corpus), "--format", "bert", "--output-dir", str(out),
-                 "--num-shards", str(NUM_SHARDS), "--num-workers", "2", "--ray-address", cluster.address], cluster.env))
+    _ok(run_cli(_pinned(cluster, ["-m", "data_jobs.shard_job", "--input", str(corpus), "--format", "bert",
+                                  "--output-dir", str(out), "--num-shards", str(NUM_SHARDS), "--num-workers", "2",
+                                  "--ray-address", cluster.address]), cluster.env))
     jobs = cluster.task_nodes(exclude_jobs=before)
     assert len(jobs) == 1, jobs
     assert {node for _, node in next(iter(jobs.values()))} == set(cluster.node_ids().values()), jobs
@@ -80,10 +108,10 @@ def test_instances_job_spans_both_nodes_and_matches_single_node(two_node_cluster
     cluster = two_node_cluster
     before = set(cluster.task_nodes())
     out = tmp_path_factory.mktemp("two") / "inst"
-    _ok(run_cli(_instances_cmd(cluster, single_node / "docs", single_node / "vocab", out), cluster.env))
+    _ok(run_cli(_pinned(cluster, _instances_cmd(cluster, single_node / "docs", single_node / "vocab", out)),
+                cluster.env))
     jobs = cluster.task_nodes(exclude_jobs=before)
     assert len(jobs) == 1, jobs
-    # Ray may place all of one stage on one node (lease reuse); the job as a whole used both.
     nodes = {node for name, node in next(iter(jobs.values())) if name in ("build_pool_part", "process_shard")}
     assert nodes == set(cluster.node_ids().values()), jobs
     ref = tree_bytes(single_node / "inst")

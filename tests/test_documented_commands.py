@@ -1,0 +1,163 @@
+"""The commands README.md and docs/ print, run exactly as written (issue 10): read from the documents
+themselves, so an edit that breaks one fails here.
+
+- README's "A typical run by hand" data lines, from a directory whose ``../shared/data`` is a tiny copy
+  of the real corpus (same files, cut short), then train (with ``--max-steps 2`` appended: later flags
+  win) and export;
+- README's ``ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m data_jobs.instances_job
+  --config inst.yaml`` on a real local Ray head with token authentication (``RAY_ADDRESS`` set as a
+  user would), and docs/scaling.md's ``ray get-auth-token --generate`` in a fresh HOME;
+- the deployment-resume command of docs/flows.md and prefect.yaml against a real Prefect server.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "scale"))
+sys.path.insert(0, str(REPO / "tests" / "flows"))
+
+from scale_support import BIN, RayCluster, base_env  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
+
+README = (REPO / "README.md").read_text()
+
+
+def _block_after(text: str, marker: str) -> list[str]:
+    """The commands of the first ```bash block after ``marker`` (continuation lines joined)."""
+    start = text.index(marker)
+    block = text[text.index("```bash", start) + 7:text.index("```", text.index("```bash", start) + 7)]
+    return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip() and not c.startswith("#")]
+
+
+def _run(cmd: str, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd}\nrc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def _head_lines(src: Path, dst: Path, lines: int, end: str | None = None) -> None:
+    """The first ``lines`` lines of ``src`` (extended to the next ``end`` line, e.g. ``</doc>``)."""
+    out = []
+    with open(src, encoding="utf-8", errors="replace") as fh:
+        for i, line in enumerate(fh):
+            out.append(line)
+            if i >= lines and (end is None or line.strip() == end):
+                break
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("".join(out), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def tiny_shared(shared_data, tmp_path_factory) -> Path:
+    """``work/`` whose ``../shared/data`` holds cut-short copies of the corpus files the README names."""
+    root = tmp_path_factory.mktemp("docs")
+    data = root / "shared" / "data"
+    for f in sorted((shared_data / "corpus" / "wikipedia_mlperf").iterdir())[:2]:
+        _head_lines(f, data / "corpus" / "wikipedia_mlperf" / f.name, 300, end="</doc>")
+    for f in sorted((shared_data / "corpus" / "gutenberg").iterdir())[:2]:
+        _head_lines(f, data / "corpus" / "gutenberg" / f.name, 600)
+    (data / "vocab").mkdir(parents=True)
+    shutil.copy(shared_data / "vocab" / "bert-base-uncased-vocab.txt", data / "vocab")
+    (root / "work").mkdir()
+    return root / "work"
+
+
+def test_readme_run_by_hand(tiny_shared):
+    env = base_env()
+    cmds = _block_after(README, "A typical run by hand")
+    assert cmds[0].startswith("bertflow data shard") and any(c.startswith("bertflow train") for c in cmds)
+    for cmd in cmds:
+        if cmd.startswith("bertflow eval"):
+            continue  # evaluation is covered by tests/evaluation (GLUE fine-tuning takes minutes)
+        if cmd.startswith("bertflow train"):
+            cmd += " --max-steps 2 --save-every 2"
+        _run(cmd, tiny_shared, env, timeout=600)
+    assert (tiny_shared / "out" / "inst128" / "manifest.json").is_file()
+    assert (tiny_shared / "hf" / "mini" / "config.json").is_file()
+
+
+class _Head(RayCluster):
+    def start_worker(self) -> None:  # one node is enough here
+        pass
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    pytest.importorskip("ray")
+    head = _Head(tmp_path_factory.mktemp("rayhead"))
+    try:
+        yield head.start()
+    finally:
+        head.stop()
+
+
+def test_readme_ray_job_submit_instances(ray_head, tiny_shared, tmp_path):
+    cmd = re.search(r"`(ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m "
+                    r"data_jobs.instances_job --config inst.yaml)`", README).group(1)
+    docs = tiny_shared / "out" / "docs"
+    if not (docs / "manifest.json").is_file():
+        pytest.skip("needs the documents of test_readme_run_by_hand")
+    out = tmp_path / "inst_ray"
+    # The job runs in a copy of the working directory: its config lies there, with absolute paths.
+    cfg = REPO / "inst.yaml"
+    cfg.write_text(f"shards_dir: {docs}\nvocab_dir: {tiny_shared / 'out' / 'vocab'}\noutput_dir: {out}\n"
+                   "max_seq_length: 64\ndupe_factor: 1\n")
+    try:
+        env = {**ray_head.env, "RAY_ADDRESS": f"http://127.0.0.1:{ray_head.dashboard_port}"}
+        proc = _run(cmd, REPO, env)
+    finally:
+        cfg.unlink()
+    assert "succeeded" in proc.stdout + proc.stderr
+    assert (out / "manifest.json").is_file() and list(out.rglob("*.parquet"))
+
+
+def test_scaling_ray_get_auth_token(tmp_path):
+    text = (REPO / "docs" / "scaling.md").read_text()
+    cmd = re.search(r"`(ray get-auth-token --generate)`", text).group(1)
+    _run(cmd, REPO, base_env(HOME=str(tmp_path)))
+    assert len((tmp_path / ".ray" / "auth_token").read_text().strip()) >= 32
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    import os
+
+    from flowtest_support import free_port, stop, wait_http
+
+    home = tmp_path_factory.mktemp("prefect_home")
+    api = f"http://127.0.0.1:{free_port()}/api"
+    env = {**base_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_PROFILES_PATH", None)
+    log = home / "server.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
+                                 api.rsplit(":", 1)[1].split("/")[0]], env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_http(f"{api}/health", proc, 120, log)
+        yield env
+    finally:
+        stop(proc)
+
+
+def test_flows_resume_command(prefect_api, tmp_path):
+    from flowtest_support import deployments_by_name
+
+    flows_md = (REPO / "docs" / "flows.md").read_text()
+    cmd = re.search(r"`(python -c \"with __import__\('prefect'\).*?)`", flows_md).group(1)
+    assert cmd in (REPO / "prefect.yaml").read_text()  # both documents give the same command
+    _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, prefect_api, timeout=180)
+    api = prefect_api["PREFECT_API_URL"]
+    assert deployments_by_name(api)["pretraining-pipeline/scheduled"]["paused"] is True  # shipped paused
+    _run(shlex.join(["env", f"PATH={BIN}:/usr/bin:/bin"]) + " " + cmd, tmp_path, prefect_api)
+    assert deployments_by_name(api)["pretraining-pipeline/scheduled"]["paused"] is False
