@@ -402,15 +402,23 @@ def test_lock_race_has_one_winner(tmp_path, stale):
 
 
 def test_lock_on_unwritable_dir_is_one_line(tmp_path):
-    """A directory the user cannot write: a UserError naming the lock, not a PermissionError trace."""
-    if os.geteuid() == 0:
-        pytest.skip("root writes anywhere: a read-only directory cannot be made without dropping capabilities")
+    """A directory the user cannot write: one line naming the lock, not a PermissionError trace. Run in a
+    child that obeys file modes even as root (setpriv drops the DAC-override capabilities)."""
     d = tmp_path / "ro"
     d.mkdir()
     d.chmod(0o555)
+    child = ("import sys\nfrom contracts.common import run_main\nfrom contracts.lock import output_lock\n"
+             "def go(argv):\n    with output_lock(sys.argv[1]):\n        return 0\n"
+             "sys.exit(run_main(go, []))\n")
+    cmd = [sys.executable, "-c", child, str(d)]
+    if os.geteuid() == 0:
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
     try:
-        with pytest.raises(UserError, match="cannot create the output lock"):
-            with output_lock(d):
-                pass
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=120)
     finally:
         d.chmod(0o755)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertflow: error: ") and "cannot create the output lock" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(d.iterdir()) == []  # nothing written
