@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import types
-import typing
 import os
 import sys
 import tempfile
+import types
+import typing
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +216,11 @@ def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | No
     except KeyboardInterrupt:
         print("bertflow: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `bertflow ... | head`: the reader left; nothing to report (the convention of cat, grep, git).
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as err:
         # Disk full, permission denied, ...: the user's environment, not a bug.
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""

@@ -56,3 +56,19 @@ def test_argparse_errors_are_one_line(argv, problem, capsys):
     assert out.err.strip() == f"bertflow: error: {problem}" or (
         out.err.count("\n") == 1 and out.err.startswith("bertflow: error: ") and problem in out.err), out.err
     assert out.out == ""
+
+
+def test_closed_pipe_is_quiet():
+    """`bertflow ... | head`: the reader leaving is no error (no "bertflow: error: Broken pipe", no traceback)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from contracts.common import run_main\n"
+            "def main(argv):\n    for _ in range(200000):\n        print('line of output')\n    return 0\n"
+            "sys.exit(run_main(main))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"line of output\n"
+    proc.stdout.close()  # the reader leaves, as `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
