@@ -58,6 +58,14 @@ def _held_out(intrinsic: Optional[Mapping]) -> Optional[dict[str, Any]]:
     return {k: last[k] for k in ("step", "mlm_acc", "mlm_perplexity", "nsp_acc", "mlm_count", "nsp_count")}
 
 
+def row_config(glue: Mapping[str, Any], row: Mapping[str, Any], output_dir: str | Path) -> GlueConfig:
+    """One row's GLUE config: the shared grid, the row's model, and the row's own overrides (``row["glue"]``,
+    e.g. fewer seeds for a costly reference row); its cells live in ``<output_dir>/glue-<row slug>``."""
+    return GlueConfig.model_validate({**glue, **row.get("glue", {}), "model_path": str(row["model_path"]),
+                                      "random_init": bool(row.get("random_init", False)),
+                                      "output_dir": str(Path(output_dir) / f"glue-{slug(row['name'])}")})
+
+
 def compare_models(
     rows: Sequence[Mapping[str, Any]],
     glue: Mapping[str, Any],
@@ -70,12 +78,11 @@ def compare_models(
     out = Path(output_dir)
     table: list[dict[str, Any]] = []
     for row in rows:
-        cfg = GlueConfig.model_validate({**glue, "model_path": str(row["model_path"]),
-                                         "random_init": bool(row.get("random_init", False)),
-                                         "output_dir": str(out / f"glue-{slug(row['name'])}")})
+        cfg = row_config(glue, row, out)
         res = run_glue(cfg)
         table.append({
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
+            "seeds": list(cfg.seeds),
             "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
             "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds")}
                       for t, v in res["tasks"].items()},
@@ -124,7 +131,9 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         mlm = f"{100 * h['mlm_acc']:.1f}" if h else "n/a"
         nsp = f"{100 * h['nsp_acc']:.1f}" if h and h["nsp_count"] else "n/a"
         cells = [_pm(r["tasks"].get(t)) for t in tasks]
-        lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |")
+        own = r.get("seeds", b["seeds"])
+        name = r["name"] + (f" (seeds {own})" if list(own) != list(b["seeds"]) else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |")
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
     for r in rows:

