@@ -3,7 +3,7 @@ model is a Hugging Face directory ``transformers`` loads; predicting with it on 
 train) task directory gives the predictions the fine-tuning run wrote; bad input is one line, exit 2;
 older configs keep their hashes; the commands of docs/evaluation.md and README.md run as written.
 
-One small grid (tiny model, 2 steps, 2 seeds on SST-2 and STS-B) is fine-tuned once for the module.
+One small grid (tiny model, 2 steps, 2 lrs x 2 seeds on SST-2 and STS-B) is fine-tuned once for the module.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 logging.getLogger("bert_core.hf").setLevel(logging.ERROR)
 
 REPO = Path(__file__).resolve().parents[2]
-GRID = dict(learning_rates=[1e-3], seeds=[1, 2], max_train_examples=16, max_eval_examples=24,
+GRID = dict(learning_rates=[1e-3, 3e-4], seeds=[1, 2], max_train_examples=16, max_eval_examples=24,
             max_seq_length=32, batch_size=8, eval_batch_size=16, max_steps=2, use_ray=False, show_progress=False)
 # Scores are written with 3 decimals; the raw floats of the two runs agree to this (same weights, same
 # batches, same threads: in practice bit-identical on one machine).
