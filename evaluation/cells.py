@@ -5,7 +5,8 @@ and runs only the missing ones.
 
 The hash covers everything that changes a cell's result: the task, the learning rate, the seed and
 the config minus the settings that only say where or how jobs run (output directory, Ray address,
-progress bars, cpus/gpus per task). A changed config therefore never reuses a stale cell; a cell file
+progress bars, cpus/gpus per task), and the options added later while they hold their defaults
+(``evaluation.config.LATER_DEFAULTS``: an older config keeps its cells). A changed config therefore never reuses a stale cell; a cell file
 that does not parse (a half-written file cannot exist, but a damaged one can) is run again.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from contracts.common import stable_hash, write_json_atomic
+from evaluation.config import without_later_defaults
 
 CELLS_DIR = "cells"
 # Where and how a job runs, not what it computes: never part of a cell's identity.
@@ -23,12 +25,18 @@ _NOT_RESULT = ("output_dir", "use_ray", "ray_address", "cpus_per_task", "gpus_pe
 
 def cell_key(cfg_data: dict, task: str, lr: float, seed: int) -> str:
     """``<task>-<16 hex>``: the file name (without .json) of one grid cell's result."""
-    identity = {k: v for k, v in cfg_data.items() if k not in _NOT_RESULT}
+    # Options added later are left out at their defaults: an older config keeps its finished cells.
+    identity = without_later_defaults({k: v for k, v in cfg_data.items() if k not in _NOT_RESULT})
     return f"{task}-{stable_hash({'config': identity, 'task': task, 'lr': lr, 'seed': seed})}"
 
 
 def cell_path(output_dir: str | Path, key: str) -> Path:
     return Path(output_dir) / CELLS_DIR / f"{key}.json"
+
+
+def model_dir(output_dir: str | Path, key: str) -> Path:
+    """Where a cell's job keeps its fine-tuned model (GLUE ``save_models``) until the grid is complete."""
+    return Path(output_dir) / CELLS_DIR / f"{key}.model"
 
 
 def read_cell(path: Path) -> dict | None:

@@ -14,7 +14,8 @@ from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfi
 # Short names kept from the hand-written CLI (docs and scripts use them).
 _ALIASES = {"--model": "model_path", "--cased": ("lowercase", False), "--no-ray": ("use_ray", False),
             "--no-progress": ("show_progress", False)}
-_HELP = {"glue": "fine-tune and score GLUE tasks", "squad": "fine-tune and score SQuAD v1.1",
+_HELP = {"glue": "fine-tune and score GLUE tasks (--predict-only: predict with a kept fine-tuned model)",
+         "squad": "fine-tune and score SQuAD v1.1",
          "ner": "CoNLL-2003 NER: fine-tuning and feature-based BiLSTM",
          "intrinsic": "MLM/NSP accuracy and MLM perplexity over a run's checkpoints"}
 _MODELS = {"glue": GlueConfig, "squad": SquadConfig, "ner": NerConfig, "intrinsic": IntrinsicConfig}
@@ -48,6 +49,10 @@ def _main(argv: Sequence[str] | None) -> int:
     from evaluation.report import markdown_report
 
     print(markdown_report(results))
+    for task, kept in (results.get("saved_models") or {}).items():
+        print(f"fine-tuned model {task}: {kept['best']} (lr {kept['lr']:g}, seed {kept['seed']})", file=sys.stderr)
+    for name, path in (results.get("test_predictions") or {}).items():
+        print(f"test predictions {name}: {path}", file=sys.stderr)
     print(f"results: {cfg.output_dir}/results.json", file=sys.stderr)
     return 0
 

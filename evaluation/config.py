@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from contracts.common import StrictModel
+from contracts.common import StrictModel, stable_hash
 
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
 
@@ -69,13 +69,47 @@ class FinetuneOptions(StrictModel):
 
 
 class GlueConfig(EvalBase, FinetuneOptions):
-    """GLUE: fine-tune on each task's train.tsv, score on dev, optionally predict test.tsv."""
+    """GLUE: fine-tune on each task's train.tsv, score on dev, optionally predict test.tsv and keep the
+    fine-tuned models; or (predict_only) predict and score with a model kept that way."""
 
     input_fields = EvalBase.input_fields | {"glue_dir"}
 
     glue_dir: str = Field(..., description="directory holding one folder per task (SST-2/train.tsv, ...)")
     tasks: list[str] = Field(default_factory=lambda: ["SST-2"], min_length=1, description=f"any of {GLUE_TASKS}")
     write_test_predictions: bool = Field(True, description="write GLUE submission TSVs for tasks with test.tsv")
+    save_models: Literal["none", "best", "all"] = Field(
+        "none", description="keep fine-tuned models as Hugging Face directories under <output_dir>/models: best = "
+        "the run the test predictions come from (chosen lr, best-dev seed), all = every (task, lr, seed)"
+    )
+    predict_only: bool = Field(
+        False, description="model_path is a model saved by save_models: fine-tune nothing, predict test.tsv and "
+        "score the dev files that exist (train.tsv is not needed)"
+    )
+
+    @model_validator(mode="after")
+    def _predict_alone(self) -> "GlueConfig":
+        if self.predict_only and self.random_init:
+            raise ValueError("predict_only uses the fine-tuned weights; it cannot be combined with random_init")
+        if self.predict_only and self.save_models != "none":
+            raise ValueError("predict_only fine-tunes nothing, so there is no model to save (save_models: none)")
+        return self
+
+    def config_hash(self) -> str:
+        """StrictModel's rule, minus the options added after GLUE configs were first hashed while they keep
+        their defaults: the stage record and pipeline directory names of older configs stay valid."""
+        data = self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields))
+        return stable_hash(without_later_defaults(data))
+
+
+# Options added to GlueConfig after results and resumable cells were first keyed by its fields. Left at
+# these defaults they are dropped from every hash (config_hash, evaluation.cells.cell_key), so an older
+# config keeps its stage record, its pipeline directory and its finished cells.
+LATER_DEFAULTS = {"save_models": "none", "predict_only": False}
+
+
+def without_later_defaults(data: dict) -> dict:
+    """``data`` (a config dump) without the LATER_DEFAULTS options that hold their default value."""
+    return {k: v for k, v in data.items() if k not in LATER_DEFAULTS or v != LATER_DEFAULTS[k]}
 
 
 class SquadConfig(EvalBase, FinetuneOptions):

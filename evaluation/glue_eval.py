@@ -2,27 +2,34 @@
 task (and predicts its test files); ``run_glue`` fans the grid out over Ray and gathers the report.
 
 Test-set predictions come from the single run with the best dev score at the chosen learning rate
-(the BERT paper submits one model, not a seed ensemble).
+(the BERT paper submits one model, not a seed ensemble). ``save_models`` keeps that run's model
+(``best``: ``models/<Task>``) or every run's (``all``: ``models/<Task>-lr<lr>-seed<seed>``) as a Hugging
+Face directory: each job saves its model beside its cell (``cells/<key>.model``) before the cell counts
+as finished, and once the grid is complete the driver moves the kept ones into ``models/`` and deletes
+the others. ``predict_only`` runs ``evaluation.glue_predict`` instead: predictions from a kept model.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-
-import torch
+from typing import Optional
 
 from bert_core.heads import BertForSequenceClassification
+from bert_core.identity import identity
 from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import glue
-from evaluation.cells import cell_job, split_grid
+from evaluation.cells import cell_job, cell_key, model_dir, split_grid
 from evaluation.config import GlueConfig
-from evaluation.finetune import fit, forward_inputs, predict
+from evaluation.finetune import fit, forward_inputs
+from evaluation.finetuned import RECORD, read_record, replace_dir, save_finetuned
+from evaluation.glue_predict import encode as _encode, job_data, predict_glue, predict_labels as _predict_labels
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
 from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
 from evaluation.report import summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
-from evaluation.text import bert_tokenizer, encode_texts
+from evaluation.text import bert_tokenizer
 
 
 def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
@@ -31,9 +38,10 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
     train = d / "train.tsv"
     devs = {name: d / f for name, f in spec.dev_files.items()}
     if not train.is_file() and d.is_dir() and any(p.is_file() for p in devs.values()):
-        # A held-out (dev+test only) task directory: fine-tuned models are not kept, so nothing to predict from.
-        raise UserError(f"{train}: task file not found: GLUE {spec.name} fine-tunes on train.tsv; predicting a "
-                        "dev+test-only task directory from an already fine-tuned model is not supported")
+        # A held-out (dev+test only) task directory: only a model fine-tuned elsewhere can predict it.
+        raise UserError(f"{train}: task file not found: GLUE {spec.name} fine-tunes on train.tsv; to predict a "
+                        "dev+test-only task directory, use --predict-only with --model a model kept by "
+                        "--save-models (<output-dir>/models/<task>)")
     for p in [train, *devs.values()]:
         if not p.is_file():
             raise UserError(f"{p}: task file not found (GLUE {spec.name} needs train.tsv and dev files)")
@@ -41,29 +49,14 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
     return train, devs, tests
 
 
-def _encode(tok, examples, max_len: int, with_labels: bool):
-    b = [e.text_b for e in examples] if examples[0].text_b is not None else None
-    data = encode_texts(tok, [e.text_a for e in examples], b, max_len)
-    if with_labels:
-        is_float = isinstance(examples[0].label, float)
-        data["labels"] = torch.tensor([e.label for e in examples], dtype=torch.float if is_float else torch.long)
-    return data
-
-
-def _predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -> list:
-    logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device))
-    if spec.labels is None:
-        return [float(x) for x in logits_NC.squeeze(-1)]
-    return [int(x) for x in logits_NC.argmax(-1)]
-
-
-def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
-    """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions."""
+def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[str] = None) -> dict:
+    """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions.
+    ``save_to``: also keep the fine-tuned model there (``evaluation.finetuned``)."""
     cfg = GlueConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     spec = glue.get_task(task)
     train_path, dev_paths, test_paths = _task_files(cfg, spec)
-    model, _, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
+    model, model_config, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
     tok = bert_tokenizer(vocab, cfg.lowercase)
     device = job_device(cfg)
     train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
@@ -84,7 +77,21 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int) -> dict:
             examples = glue.read_test_examples(spec, path, cfg.max_eval_examples)
             test_preds[name] = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
                                                cfg.eval_batch_size, device)
+    if save_to:
+        record = {**_record(cfg, spec, lr, seed, runs), "cell": Path(save_to).stem}  # cells/<key>.model
+        save_finetuned(model, model_config, vocab, save_to, record, cfg.lowercase)
     return {"runs": runs, "test_predictions": test_preds}
+
+
+def _record(cfg: GlueConfig, spec: glue.TaskSpec, lr: float, seed: int, runs: list[dict]) -> dict:
+    """What a kept model was made from and how it scored (``evaluation.finetuned.RECORD``)."""
+    return {
+        "task": spec.name, "labels": None if spec.labels is None else list(spec.labels), "lr": lr, "seed": seed,
+        "max_seq_length": cfg.max_seq_length, "lowercase": cfg.lowercase,
+        "base_model": {"path": cfg.model_path, "identity": identity(cfg.model_path), "random_init": cfg.random_init},
+        "dev": {r["eval"]: {"metrics": r["metrics"], "n_eval": r["n_eval"]} for r in runs},
+        "train": {"n_train": runs[0]["n_train"], "steps": runs[0]["steps"], "final_loss": runs[0]["final_loss"]},
+    }
 
 
 def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
@@ -102,13 +109,17 @@ def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
     return specs
 
 
-def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, summary: dict, jobs: list[dict]) -> dict:
-    """Submission TSVs from the best-dev run at the chosen lr; returns {name: path}."""
+def _best_run(spec: glue.TaskSpec, summary: dict, jobs: list[dict]) -> int:
+    """Index (in grid order) of the run with the best dev score at the chosen lr (ties: the first)."""
     chooser = next(iter(spec.dev_files))
     metric = PRIMARY_METRIC[chooser]
     best_lr = summary[chooser]["best_lr"]
-    candidates = [j for j in jobs if j["runs"][0]["task"] == spec.name and j["runs"][0]["lr"] == best_lr]
-    best = max(candidates, key=lambda j: next(r for r in j["runs"] if r["eval"] == chooser)["metrics"][metric])
+    candidates = [i for i, j in enumerate(jobs) if j["runs"][0]["task"] == spec.name and j["runs"][0]["lr"] == best_lr]
+    return max(candidates, key=lambda i: next(r for r in jobs[i]["runs"] if r["eval"] == chooser)["metrics"][metric])
+
+
+def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, best: dict) -> dict:
+    """Submission TSVs from the run ``best`` (the best-dev run at the chosen lr); returns {name: path}."""
     written = {}
     _, _, tests = _task_files(cfg, spec)
     for name, preds in best["test_predictions"].items():
@@ -119,14 +130,47 @@ def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, summary: dict,
     return written
 
 
+def _keep_models(cfg: GlueConfig, grid: list[tuple], keys: list[str], best: dict[str, int]) -> dict:
+    """Move the kept models from beside their cells into ``models/``, delete the others; returns
+    {task: {"best": path, "lr", "seed", "all": [paths]}}. Safe to repeat after a kill: a model already
+    moved is recognised by its record's cell key."""
+    out: dict[str, dict] = {}
+    models = Path(cfg.output_dir) / "models"
+    for task, b in best.items():
+        cells = [i for i, g in enumerate(grid) if g[0] == task]
+        keep = cells if cfg.save_models == "all" else [b]
+        paths = {}
+        for i in keep:
+            _, lr, seed = grid[i]
+            final = models / (task if cfg.save_models == "best" else f"{task}-lr{lr:g}-seed{seed}")
+            staged = model_dir(cfg.output_dir, keys[i])
+            if (staged / RECORD).is_file():
+                replace_dir(staged, final)
+            elif not ((final / RECORD).is_file() and read_record(final).get("cell") == keys[i]):
+                raise UserError(f"{staged}: the fine-tuned model of {task} lr {lr:g} seed {seed} is gone (deleted?); "
+                                f"delete {staged.with_suffix('.json')} to fine-tune that run again")
+            paths[i] = str(final)
+        for i in set(cells) - set(keep):
+            shutil.rmtree(model_dir(cfg.output_dir, keys[i]), ignore_errors=True)
+        out[task] = {"best": paths[b], "lr": grid[b][1], "seed": grid[b][2], "all": [paths[i] for i in keep]}
+    return out
+
+
 def run_glue(cfg: GlueConfig) -> dict:
-    """Fine-tune every (task, lr, seed) as a Ray task; write results.json + report.md; return the results."""
+    """Fine-tune every (task, lr, seed) as a Ray task; write results.json + report.md; return the results.
+    With ``predict_only``: predictions and dev scores of a kept fine-tuned model instead."""
+    if cfg.predict_only:
+        return predict_glue(cfg)
     specs = _check_inputs(cfg)
     grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds]
     cfg_data = cfg.model_dump(mode="json")
+    keys = [cell_key(cfg_data, *g) for g in grid]  # of the config as given: paths as the user wrote them
+    save = cfg.save_models != "none"
+    out = Path(cfg.output_dir).resolve()  # jobs get absolute paths (glue_predict.job_data)
     # Resumable: cells finished by an earlier (killed) run are read back; only the missing ones run.
-    done, missing = split_grid(cfg.output_dir, cfg_data, grid)
-    fresh = run_jobs(cell_job, [(glue_job, str(path), key, cfg_data, *grid[i]) for i, key, path in missing],
+    done, missing = split_grid(out, cfg_data, grid)
+    fresh = run_jobs(cell_job, [(glue_job, str(path), key, job_data(cfg), *grid[i],
+                                 str(model_dir(out, key)) if save else None) for i, key, path in missing],
                      cfg, desc="GLUE fine-tuning")
     done.update({i: r for (i, _, _), r in zip(missing, fresh)})
     jobs = [done[i] for i in range(len(grid))]
@@ -142,9 +186,12 @@ def run_glue(cfg: GlueConfig) -> dict:
         "runs": runs,
         "test_predictions": {},
     }
+    best = {spec.name: _best_run(spec, summary, jobs) for spec in specs}
     if cfg.write_test_predictions:
         for spec in specs:
-            results["test_predictions"].update(_write_test_predictions(cfg, spec, summary, jobs))
+            results["test_predictions"].update(_write_test_predictions(cfg, spec, jobs[best[spec.name]]))
+    if save:  # after the grid is complete: only then is the choice of the best run final
+        results["saved_models"] = _keep_models(cfg, grid, keys, best)
     write_results(cfg.output_dir, results)
     # Which cells ran in this call: returned, not written, so results.json does not depend on resumes.
     return {**results, "cells": {"ran": [key for _, key, _ in missing], "reused": len(grid) - len(missing)}}

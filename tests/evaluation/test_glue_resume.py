@@ -37,9 +37,9 @@ def test_rerun_runs_only_the_missing_cell(tiny_hf, shared_data, tmp_path, monkey
     ran = []  # count what really runs, through the real job function
     real_job = glue_eval.glue_job
 
-    def counting_job(cfg_data, task, lr, seed):
+    def counting_job(cfg_data, task, lr, seed, *rest):
         ran.append((task, lr, seed))
-        return real_job(cfg_data, task, lr, seed)
+        return real_job(cfg_data, task, lr, seed, *rest)
 
     monkeypatch.setattr(glue_eval, "glue_job", counting_job)
     second = glue_eval.run_glue(cfg)
