@@ -128,10 +128,8 @@ def _install_standins() -> None:
         sys.modules["six"] = types.SimpleNamespace(PY2=False, PY3=True, text_type=str, binary_type=bytes)
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 2 or argv[0] != "--script":
-        raise SystemExit(__doc__)
-    script = Path(argv[1])
+def load_original(script: Path) -> types.ModuleType:
+    """Google's create_pretraining_data module (and its ``bert.tokenization``), imported on the stand-ins."""
     _install_standins()
     # `from bert import tokenization` must find the installed package beside the script.
     pkg = types.ModuleType("bert")
@@ -141,6 +139,13 @@ def main(argv: list[str]) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[0] != "--script":
+        raise SystemExit(__doc__)
+    module = load_original(Path(argv[1]))
     FLAGS.parse(argv[2:])
     t0 = time.perf_counter()
     module.main(None)
