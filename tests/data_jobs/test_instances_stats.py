@@ -19,62 +19,22 @@ from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
 from data_jobs.instances import PairParams, ShardContext, round_table, pool_sample, tokenize_documents
 from data_jobs.tokenization import vocab_info, wordpiece_tokenizer
 from instances_helpers import book_documents, wiki_documents
+from pairing_reference import create_instances_from_document
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 SEQ, DUPE, MAX_PRED = 128, 4, 20
 
 
-# ---- a literal port of the original (token lists, one random.Random), for comparison only ----
-
-def reference_instances(all_documents, document_index, max_seq_length, short_seq_prob, rng):
-    document = all_documents[document_index]
-    max_num_tokens = max_seq_length - 3
-    target_seq_length = max_num_tokens
-    short = rng.random() < short_seq_prob
-    if short:
-        target_seq_length = rng.randint(2, max_num_tokens)
-    out, current_chunk, current_length, i = [], [], 0, 0
-    while i < len(document):
-        segment = document[i]
-        current_chunk.append(segment)
-        current_length += len(segment)
-        if i == len(document) - 1 or current_length >= target_seq_length:
-            if current_chunk:
-                a_end = 1
-                if len(current_chunk) >= 2:
-                    a_end = rng.randint(1, len(current_chunk) - 1)
-                tokens_a = [t for j in range(a_end) for t in current_chunk[j]]
-                tokens_b = []
-                if len(current_chunk) == 1 or rng.random() < 0.5:
-                    is_random_next = True
-                    target_b_length = target_seq_length - len(tokens_a)
-                    for _ in range(10):
-                        random_document_index = rng.randint(0, len(all_documents) - 1)
-                        if random_document_index != document_index:
-                            break
-                    random_document = all_documents[random_document_index]
-                    random_start = rng.randint(0, len(random_document) - 1)
-                    for j in range(random_start, len(random_document)):
-                        tokens_b.extend(random_document[j])
-                        if len(tokens_b) >= target_b_length:
-                            break
-                    i -= len(current_chunk) - a_end
-                else:
-                    is_random_next = False
-                    for j in range(a_end, len(current_chunk)):
-                        tokens_b.extend(current_chunk[j])
-                while len(tokens_a) + len(tokens_b) > max_num_tokens:
-                    trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-                    if rng.random() < 0.5:
-                        del trunc[0]
-                    else:
-                        trunc.pop()
-                n = len(tokens_a) + len(tokens_b) + 3
-                n_pred = min(MAX_PRED, max(1, int(round(n * 0.15))))
-                out.append((n, int(is_random_next), min(n_pred, n - 3)))
-            current_chunk, current_length = [], 0
-        i += 1
-    return out, short
+def reference_rows(all_documents, document_index, max_seq_length, short_seq_prob, rng):
+    """(length, is_random_next, masked count) of each instance the original (pairing_reference, a literal
+    port of Google's loop) makes of one document; the masked count is the original's formula."""
+    rows = []
+    for a, b, is_random_next in create_instances_from_document(all_documents, document_index, max_seq_length,
+                                                               short_seq_prob, rng):
+        n = len(a) + len(b) + 3
+        n_pred = min(MAX_PRED, max(1, int(round(n * 0.15))))
+        rows.append((n, int(is_random_next), min(n_pred, n - 3)))
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +83,7 @@ def reference_full_length(corpus):
     rows = []
     for _ in range(DUPE):
         for d in range(len(docs)):
-            rows += reference_instances(docs, d, SEQ, 0.0, rng)[0]
+            rows += reference_rows(docs, d, SEQ, 0.0, rng)
     return np.array(rows)
 
 
