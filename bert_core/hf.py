@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -81,11 +81,19 @@ def save_hf(
     vocab_file: str | os.PathLike,
     out_dir: str | os.PathLike,
     do_lower_case: bool = True,
+    *,
+    hf_config: Optional[Mapping[str, Any]] = None,
+    model_max_length: Optional[int] = None,
+    last_files: Optional[Mapping[str, Any]] = None,
+    replace: Optional[Callable[[Path, Path], None]] = None,
 ) -> Path:
     """Write an HF directory (config.json, model.safetensors, vocab.txt, tokenizer_config.json).
 
     Built in a temporary sibling directory and renamed into place, so ``out_dir`` is either the old
-    export or the complete new one, never half of each.
+    export or the complete new one, never half of each. ``hf_config`` replaces the config.json made from
+    ``config`` (e.g. a classifier's labels); ``model_max_length`` defaults to the position table's size;
+    ``last_files`` ({name: JSON object}) are written after everything else (a finished marker);
+    ``replace(new, final)`` puts the directory in place (default ``replace_dir``).
     """
     vocab_file, out_dir = Path(vocab_file), Path(out_dir)
     if not vocab_file.is_file():
@@ -97,19 +105,21 @@ def save_hf(
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}.", dir=out_dir.parent))
     try:
         save_file(export_state_dict(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "config.json", to_hf_config(config))
+        _write_json(tmp / "config.json", dict(hf_config) if hf_config is not None else to_hf_config(config))
         shutil.copyfile(vocab_file, tmp / "vocab.txt")
         _write_json(tmp / "tokenizer_config.json", {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": do_lower_case,
-            "model_max_length": config.max_position_embeddings,
+            "model_max_length": model_max_length or config.max_position_embeddings,
             "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
             "cls_token": "[CLS]", "mask_token": "[MASK]",
         })
+        for name, obj in (last_files or {}).items():
+            _write_json(tmp / name, obj)
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        _replace_dir(tmp, out_dir)
+        (replace or replace_dir)(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -120,7 +130,7 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _replace_dir(new: Path, final: Path) -> None:
+def replace_dir(new: Path, final: Path) -> None:
     """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and then deleted."""
     old = None
     if final.exists():

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from bert_core.config import ModelConfig
 from bert_core.heads import BertForSequenceClassification
-from bert_core.hf import export_state_dict, from_hf_config, to_hf_config
-from contracts.common import UserError, fsync_dir
+from bert_core.hf import from_hf_config, save_hf, to_hf_config
+from bert_core.hf import replace_dir as swap_dir
+from contracts.common import UserError
 
 RECORD = "bertflow_finetuned.json"
 FORMAT = "bertflow-glue-finetuned/1"
@@ -49,44 +48,21 @@ def hf_classifier_config(config: ModelConfig, task: str, labels: Optional[Sequen
 
 def save_finetuned(model: torch.nn.Module, config: ModelConfig, vocab_file: str | os.PathLike,
                    out_dir: str | os.PathLike, record: dict[str, Any], lowercase: bool) -> Path:
-    """Write ``model`` (a ``BertForSequenceClassification``) and ``record`` to ``out_dir``, atomically."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}.", dir=out_dir.parent))
-    try:
-        save_file(export_state_dict(model.state_dict()), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _write_json(tmp / "config.json", hf_classifier_config(config, record["task"], record["labels"]))
-        shutil.copyfile(vocab_file, tmp / "vocab.txt")
-        _write_json(tmp / "tokenizer_config.json", {
-            "tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
-            "model_max_length": record["max_seq_length"], "unk_token": "[UNK]", "sep_token": "[SEP]",
-            "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
-        })
-        _write_json(tmp / RECORD, {"format": FORMAT, **record})  # last: the directory is finished
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    """Write ``model`` (a ``BertForSequenceClassification``) and ``record`` to ``out_dir``, atomically: an HF
+    directory (``bert_core.hf.save_hf``) whose record is its last file."""
+    return save_hf(model, config, vocab_file, out_dir, lowercase,
+                   hf_config=hf_classifier_config(config, record["task"], record["labels"]),
+                   model_max_length=record["max_seq_length"], last_files={RECORD: {"format": FORMAT, **record}},
+                   replace=replace_dir)
 
 
 def replace_dir(new: Path, final: Path) -> None:
     """Rename the finished directory ``new`` to ``final``. An existing ``final`` must be a kept model
     (a record, or nothing in it): a user's directory of that name is refused, never deleted."""
-    old = None
     final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists():
-        if not (final / RECORD).is_file() and any(final.iterdir()):
-            raise UserError(f"{final}: exists and is not a fine-tuned model this evaluation kept; move it away")
-        old = final.with_name(f".old-{final.name}.{os.getpid()}")
-        os.replace(final, old)
-    os.replace(new, final)
-    fsync_dir(final.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if final.exists() and not (final / RECORD).is_file() and any(final.iterdir()):
+        raise UserError(f"{final}: exists and is not a fine-tuned model this evaluation kept; move it away")
+    swap_dir(new, final)
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
@@ -134,6 +110,3 @@ def load_finetuned(path: str | os.PathLike) -> tuple[BertForSequenceClassificati
     model.load_state_dict(state, assign=True)
     return model.float(), config, path / "vocab.txt", record
 
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")

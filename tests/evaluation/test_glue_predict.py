@@ -150,6 +150,7 @@ def test_predict_refusals_are_one_line(kept, tiny_hf, shared_data, tmp_path, cap
 
 
 def test_killed_save_never_looks_finished(tiny_hf, tmp_path, monkeypatch):
+    from bert_core import hf
     from bert_core.config import preset
     from bert_core.heads import BertForSequenceClassification
     from contracts.common import UserError
@@ -159,18 +160,18 @@ def test_killed_save_never_looks_finished(tiny_hf, tmp_path, monkeypatch):
     model = BertForSequenceClassification(config, num_labels=2)
     record = {"task": "SST-2", "labels": ["0", "1"], "lr": 1e-3, "seed": 1, "max_seq_length": 32,
               "lowercase": True, "base_model": {}, "dev": {}}
-    real = finetuned._write_json
+    real = hf._write_json  # save_finetuned writes through bert_core.hf.save_hf
 
     def dies_at_the_record(path, obj):
         if path.name == finetuned.RECORD:
             raise KeyboardInterrupt  # killed while writing the marker
         real(path, obj)
 
-    monkeypatch.setattr(finetuned, "_write_json", dies_at_the_record)
+    monkeypatch.setattr(hf, "_write_json", dies_at_the_record)
     with pytest.raises(KeyboardInterrupt):
         finetuned.save_finetuned(model, config, tiny_hf / "vocab.txt", tmp_path / "m", record, True)
     assert list(tmp_path.iterdir()) == []  # neither the model nor a leftover
-    monkeypatch.setattr(finetuned, "_write_json", real)
+    monkeypatch.setattr(hf, "_write_json", real)
     finetuned.save_finetuned(model, config, tiny_hf / "vocab.txt", tmp_path / "m", record, True)
     assert finetuned.read_record(tmp_path / "m")["seed"] == 1
     (tmp_path / "mine").mkdir()
