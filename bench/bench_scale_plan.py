@@ -2,12 +2,13 @@
 
     .venv/bin/python bench/bench_scale_plan.py [--mb 3] [--dupe 5] [--nodes 1 2 4 8 16 32]
 
-Measured in this run, on a few MB of the shared Gutenberg books + the Wikipedia sample:
-  - shard job: raw MB -> documents bytes (Parquet zstd)
-  - instances job with 1 Ray worker (one core): instances/s and bytes/instance, for seq 128 and 512
-    (Ray start-up excluded), and instances per MB of raw text
+Measured in this run, on a few MB of the shared Gutenberg books + the Wikipedia sample, each job run
+through the CLI on one worker (local engine) with its whole process tree metered (bench/treemeter.py),
+so the rates are per CPU-second: what a core delivers, whatever else the machine was doing:
+  - shard job with syntok and with blingfire: raw MB per CPU-second; documents bytes per raw byte
+  - instances job, seq 128 and 512, on one small file and on all: instances per CPU-second as the slope
+    between the two (the fixed start-up drops out), bytes per instance, instances per MB of raw text
 Taken from elsewhere (printed with their source):
-  - sentence-splitting speed per core (bench/bench_data_prep.py's shard section)
   - BERT-large training throughput per GPU: this project's H200 run (bench/results_gpu_h200_run1.json,
     DeepSpeed ZeRO-1 bf16, seq 128) and NVIDIA's published DGX A100 figures (DeepLearningExamples)
 The plan scales these to BooksCorpus + English Wikipedia (~3.3 B words, ~16 GB of raw text).
@@ -20,21 +21,19 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from contracts.common import build_config  # noqa: E402
-from data_jobs import instances_job, shard_job, vocab_job  # noqa: E402
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from contracts.schema import Manifest  # noqa: E402
+from treemeter import run_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("BERTFLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
 RAW_GB = 16.0  # BooksCorpus (~800 M words) + English Wikipedia (~2,500 M words) as plain text
-# bench/bench_data_prep.py, 2026-12-01: whole shard job, 1 worker, raw MB per CPU-second of the process tree
-SYNTOK_MB_S_PER_CORE = 0.68
-BLINGFIRE_MB_S_PER_CORE = 1.93
+BIN = Path(sys.executable).parent
+SPLITTERS = ("syntok", "blingfire")
 # NVIDIA DeepLearningExamples BERT (DGX A100 80GB, AMP): sequences/s per GPU, multi-node strong scaling
 A100_SEQ_S = {128: 5541 / 8, 512: 2109 / 8}
 NVIDIA_SCALING = {1: 1.0, 2: 0.96, 4: 0.965, 8: 0.94, 16: 0.89, 32: 0.89}  # speed-up / nodes, seq 128
@@ -51,24 +50,40 @@ def measure(mb: float, dupe: int, tmp: Path) -> dict:
         total += b.stat().st_size
     wiki = sorted(str(p) for p in (DATA / "corpus" / "wikipedia_mlperf").glob("wiki_0*"))
     raw = total + sum(Path(p).stat().st_size for p in wiki)
-    shard_job.run(build_config(ShardConfig, dict(inputs=picked + wiki, output_dir=str(tmp / "docs"), num_shards=8,
-                                                 num_workers=2, sentence_splitter="blingfire")))
-    docs_bytes = sum(p.stat().st_size for p in (tmp / "docs").glob("shard-*.parquet"))
-    vocab_job.run(build_config(VocabConfig, dict(vocab_file=str(DATA / "vocab" / "bert-base-uncased-vocab.txt"),
-                                                 output_dir=str(tmp / "vocab"))))
-    out = {"raw_mb": raw / 1e6, "docs_bytes_per_raw_byte": docs_bytes / raw}
+    out = {"raw_mb": raw / 1e6}
+    for splitter in SPLITTERS:  # the whole shard job on one worker, per CPU-second of its process tree
+        docs = tmp / f"docs-{splitter}"
+        r = cli(["data", "shard", "--input", *picked, *wiki, "--output-dir", str(docs), "--num-shards", "8",
+                 "--num-workers", "1", "--engine", "local", "--splitter", splitter])
+        out[splitter] = {"cpu_s": r.cpu_s, "mb_per_cpu_s": raw / 1e6 / r.cpu_s}
+    tiny = tmp / "docs-tiny"  # one small file: what a run costs before its input size matters
+    cli(["data", "shard", "--input", wiki[0], "--output-dir", str(tiny), "--num-shards", "1", "--num-workers", "1",
+         "--engine", "local", "--splitter", "blingfire"])
+    docs_bytes = sum(p.stat().st_size for p in docs.glob("shard-*.parquet"))
+    out["docs_bytes_per_raw_byte"] = docs_bytes / raw
+    cli(["data", "vocab", "--vocab-file", str(DATA / "vocab" / "bert-base-uncased-vocab.txt"),
+         "--output-dir", str(tmp / "vocab")])
     for seq, pred in ((128, 20), (512, 80)):
-        cfg = build_config(InstancesConfig, dict(shards_dir=str(tmp / "docs"), vocab_dir=str(tmp / "vocab"),
-                                                 output_dir=str(tmp / f"inst{seq}"), max_seq_length=seq,
-                                                 max_predictions_per_seq=pred, dupe_factor=dupe, num_workers=1))
-        t0 = time.perf_counter()
-        m = instances_job.run(cfg)
-        dt = time.perf_counter() - t0
-        n = m.totals["instances"]
-        size = sum(f.bytes for f in m.files)
-        out[seq] = {"instances": n, "seconds": dt, "instances_per_s_core": n / dt, "bytes_per_instance": size / n,
-                    "instances_per_raw_mb": n / (raw / 1e6)}
+        runs = {}
+        for size, src in (("tiny", tiny), ("all", docs)):  # two input sizes: the slope is the rate without start-up
+            inst = tmp / f"inst{seq}-{size}"
+            r = cli(["data", "instances", "--shards-dir", str(src), "--vocab-dir", str(tmp / "vocab"),
+                     "--output-dir", str(inst), "--max-seq-length", str(seq), "--max-predictions-per-seq",
+                     str(pred), "--dupe-factor", str(dupe), "--num-workers", "1", "--engine", "local"])
+            m = Manifest.read(inst)
+            runs[size] = (m.totals["instances"], r.cpu_s, sum(f.bytes for f in m.files))
+        (n1, c1, _), (n, c, size) = runs["tiny"], runs["all"]
+        out[seq] = {"instances": n, "cpu_s": c, "instances_per_cpu_s": (n - n1) / (c - c1),
+                    "startup_cpu_s": c1 - n1 * (c - c1) / (n - n1),
+                    "bytes_per_instance": size / n, "instances_per_raw_mb": n / (raw / 1e6)}
     return out
+
+
+def cli(args: list[str]):
+    r = run_tree([str(BIN / "bertflow"), *args], env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    if r.returncode != 0:
+        sys.exit(f"bench_scale_plan: bertflow {args[0]} {args[1]} failed:\n{r.stderr[-2000:]}")
+    return r
 
 
 def plan(meas: dict, dupe: int, nodes: list[int]) -> list[str]:
@@ -79,20 +94,24 @@ def plan(meas: dict, dupe: int, nodes: list[int]) -> list[str]:
     raw_mb = RAW_GB * 1e3
     lines = [f"measured on {meas['raw_mb']:.1f} MB of raw text (dupe_factor {dupe}):",
              f"  documents (Parquet zstd): {meas['docs_bytes_per_raw_byte']:.2f} bytes per raw byte"]
+    for sp in SPLITTERS:
+        lines.append(f"  shard job, {sp}: {meas['raw_mb']:.1f} MB in {meas[sp]['cpu_s']:.1f} CPU-s = "
+                     f"{meas[sp]['mb_per_cpu_s']:.2f} MB per CPU-second")
     for seq in (128, 512):
         m = meas[seq]
-        lines.append(f"  seq {seq}: {m['instances']:,} instances in {m['seconds']:.1f} s on 1 core = "
-                     f"{m['instances_per_s_core']:,.0f} instances/s/core, {m['bytes_per_instance']:.0f} bytes/instance, "
+        lines.append(f"  seq {seq}: {m['instances']:,} instances in {m['cpu_s']:.1f} CPU-s (1 worker): "
+                     f"{m['instances_per_cpu_s']:,.0f} instances per CPU-second beyond a fixed "
+                     f"{m['startup_cpu_s']:.1f} CPU-s (slope from one small file to all), {m['bytes_per_instance']:.0f} bytes/instance, "
                      f"{m['instances_per_raw_mb']:,.0f} instances per raw MB")
     lines.append(f"full corpus ({RAW_GB:.0f} GB raw):")
-    lines.append(f"  shard job: {raw_mb / SYNTOK_MB_S_PER_CORE / 3600:,.0f} core-hours with syntok, "
-                 f"{raw_mb / BLINGFIRE_MB_S_PER_CORE / 3600:,.0f} with blingfire; documents "
+    lines.append(f"  shard job: {raw_mb / meas['syntok']['mb_per_cpu_s'] / 3600:,.1f} core-hours with syntok, "
+                 f"{raw_mb / meas['blingfire']['mb_per_cpu_s'] / 3600:,.1f} with blingfire; documents "
                  f"{RAW_GB * meas['docs_bytes_per_raw_byte']:.1f} GB")
     for seq in (128, 512):
         m = meas[seq]
         n = m["instances_per_raw_mb"] * raw_mb
         lines.append(f"  seq {seq}: {n / 1e6:,.0f} M instances, {n * m['bytes_per_instance'] / 1e9:,.0f} GB, "
-                     f"{n / m['instances_per_s_core'] / 3600:,.0f} core-hours")
+                     f"{n / m['instances_per_cpu_s'] / 3600:,.1f} core-hours")
     lines.append("training time, NVIDIA recipe (phase 1: 7,038 steps x 65,536 at seq 128; phase 2: 1,563 x 32,768 at 512):")
     lines.append("  nodes x 8 GPUs | H200 (this project's seq/s) phase 1 + 2 | A100 80GB (NVIDIA's seq/s) phase 1 + 2")
     for n in nodes:
