@@ -72,9 +72,11 @@ def compare_models(
     output_dir: str | Path,
     intrinsic: Mapping[str, Optional[Mapping]] = {},
     sentence_task: str = "nsp",
+    cross: Mapping[str, Mapping] = {},
 ) -> dict:
     """Run the GLUE grid ``glue`` (GlueConfig fields without model_path/output_dir) for every row
-    ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results."""
+    ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results;
+    ``cross``: row name -> ``{"task", "acc", "count"}`` on the other sentence task's held-out set."""
     out = Path(output_dir)
     table: list[dict[str, Any]] = []
     for row in rows:
@@ -88,6 +90,7 @@ def compare_models(
                       for t, v in res["tasks"].items()},
             "glue_average": _glue_average(res),
             "held_out": _held_out(intrinsic.get(row["name"])),
+            "cross_held_out": dict(cross[row["name"]]) if row["name"] in cross else None,
             "curve": (intrinsic.get(row["name"]) or {}).get("curve", []),
         })
     g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
@@ -115,6 +118,7 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
     tasks = list(c["budget"]["tasks"])
     b = c["budget"]
     st = c.get("sentence_task", "nsp").upper()
+    other = next((r["cross_held_out"]["task"].upper() for r in rows if r.get("cross_held_out")), None)
     lines = [
         "# Pretrained vs random init vs MiniLM", "",
         f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}, batch "
@@ -123,8 +127,9 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         f"{b['max_eval_examples'] or 'all'}, seq {b['max_seq_length']}.",
         "Dev metric x100 (CoLA: MCC, MRPC: F1, STS-B: Spearman, others: accuracy), mean ± sample std over "
         "seeds at the lr chosen on dev; GLUE avg: the per-seed mean over tasks, then mean ± std over seeds.", "",
-        "| model | " + " | ".join(tasks) + " | GLUE avg | held-out MLM acc | held-out " + st + " acc |",
-        "|---|" + "---|" * (len(tasks) + 3),
+        "| model | " + " | ".join(tasks) + " | GLUE avg | held-out MLM acc | held-out " + st + " acc |"
+        + (f" held-out {other} acc (not trained on) |" if other else ""),
+        "|---|" + "---|" * (len(tasks) + 3 + bool(other)),
     ]
     for r in rows:
         h = r["held_out"]
@@ -133,9 +138,16 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         cells = [_pm(r["tasks"].get(t)) for t in tasks]
         own = r.get("seeds", b["seeds"])
         name = r["name"] + (f" (seeds {own})" if list(own) != list(b["seeds"]) else "")
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |")
+        x = r.get("cross_held_out")
+        cross = (f" {100 * x['acc']:.1f} |" if x and x["count"] else " n/a |") if other else ""
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |" + cross)
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
+    if other:
+        lines += [f"Held-out {other} acc: the same sentence head scored on {other} pairs made from the same held-out "
+                  "documents (label 0: B is A's continuation in order). NSP pairs can be told apart by topic; "
+                  "SOP pairs (one document, order swapped or not) cannot, so an NSP model near 50 % there "
+                  "learned the topic shortcut, not coherence.", ""]
     for r in rows:
         if r["curve"]:
             lines += [f"Intrinsic curve of {r['name']} (held-out, per checkpoint; steps count on across phases):", "",

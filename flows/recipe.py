@@ -9,7 +9,8 @@ with two more sections:
                  minute (tiny model, few steps, a small corpus and GLUE slice), which the tests run
 
 The ``recipe`` flow runs ``pretraining-pipeline`` as a subflow, scores the random-init row on the same
-held-out instances, runs the comparison (GLUE grid per row, resumable cell by cell) and publishes the
+held-out instances, scores both on the other sentence task's held-out instances (NSP model on SOP pairs
+and the reverse: the topic-shortcut check), runs the comparison (GLUE grid per row, resumable cell by cell) and publishes the
 report (markdown with the plot inlined) as a Prefect artifact; files land in
 ``<output_root>/compare/<run>-<hash>/comparison.{md,png,json}``.
 
@@ -30,10 +31,11 @@ from contracts.common import StrictModel, UserError, build_config, load_yaml, st
 from flows import artifacts as art
 from flows.config import GlueSpec, PipelineConfig, make_plan
 from flows.pipeline import preflight, pretraining_pipeline
-from flows.tasks import evaluate_task
+from flows.tasks import data_job, evaluate_task
 
 KEY_COMPARISON = "bertflow-comparison"
 PRETRAINED, RANDOM, MINILM = "pretrained (this pipeline)", "random init (same shape)", "MiniLM (real weights)"
+OTHER_TASK = {"nsp": "sop", "sop": "nsp"}
 
 
 class ComparisonSpec(StrictModel):
@@ -101,10 +103,11 @@ def _minilm(spec: ComparisonSpec) -> Optional[Path]:
 
 
 @task(name="compare-models")
-def compare_task(rows: list[dict], glue: dict, output_dir: str, intrinsic: dict, sentence_task: str) -> dict:
+def compare_task(rows: list[dict], glue: dict, output_dir: str, intrinsic: dict, sentence_task: str,
+                 cross: Optional[dict] = None) -> dict:
     from evaluation.compare import compare_models
 
-    return compare_models(rows, glue, output_dir, intrinsic, sentence_task)
+    return compare_models(rows, glue, output_dir, intrinsic, sentence_task, cross or {})
 
 
 def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
@@ -125,6 +128,29 @@ def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
         curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
         offset += tcfg.max_steps
     return {**last, "curve": curve}
+
+
+def _cross_task(plan, sentence_task: str, random_init: bool) -> dict[str, dict]:
+    """The other sentence task's held-out set (same held-out documents, same masks' recipe), scored by the
+    last checkpoint (and random init): an NSP model that cannot order two segments of one document told
+    random next sentences apart by topic; a SOP model scored on NSP shows what coherence gives for free."""
+    icfg, held = plan.evals.get("intrinsic"), plan.heldout
+    other = OTHER_TASK.get(sentence_task)
+    if other is None or icfg is None or held is None:
+        return {}
+    held_dir = Path(held.output_dir)
+    cross = held.model_copy(update={"sentence_task": other, "output_dir": str(held_dir.with_name(
+        f"{held_dir.name}-{other}"))})
+    data_job("instances", cross, ray_job_address=None)
+    out = Path(icfg.output_dir)
+    scored = {}
+    for name, random in ((PRETRAINED, False), (RANDOM, True))[: 2 if random_init else 1]:
+        cfg = icfg.model_copy(update={"instances_dir": cross.output_dir, "all_checkpoints": False,
+                                      "random_init": random, "output_dir": str(out.with_name(
+                                          f"{out.name}-{other}{'-random-init' if random else ''}"))})
+        last = evaluate_task("intrinsic", cfg)["curve"][-1]
+        scored[name] = {"task": other, "acc": last["nsp_acc"], "count": last["nsp_count"]}
+    return scored
 
 
 @flow(name="recipe", log_prints=True)
@@ -151,7 +177,8 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     glue = spec.glue.model_dump(mode="json")
     out_dir = plan.root / "compare" / f"{plan.export_dir.name}-{stable_hash(spec.model_dump(mode='json'))}"
     sentence_task = pipe.phases[-1].instances.sentence_task
-    comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task)
+    cross = _cross_task(plan, sentence_task, spec.random_init)
+    comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task, cross)
     md = Path(comparison["markdown"]).read_text(encoding="utf-8")
     art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),
                          f"pretrained vs random init vs MiniLM; files: {out_dir}")

@@ -58,6 +58,13 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
         assert 0 <= row["held_out"]["mlm_acc"] <= 1 and 0 <= row["held_out"]["nsp_acc"] <= 1
         assert row["held_out"]["mlm_count"] == pre["held_out"]["mlm_count"] > 0
     assert mini["held_out"] is None and not mini["curve"]
+    # The topic-shortcut check: both mini rows scored on SOP pairs of the same held-out documents.
+    for row in (pre, rnd):
+        assert row["cross_held_out"]["task"] == "sop" and 0 <= row["cross_held_out"]["acc"] <= 1
+        assert row["cross_held_out"]["count"] == pre["cross_held_out"]["count"] > 0
+    assert mini["cross_held_out"] is None
+    [cross_dir] = [d for d in (smoke_run / "instances").iterdir() if d.name.endswith("-sop")]
+    assert json.loads((cross_dir / "manifest.json").read_text())["config"]["sentence_task"] == "sop"
     # The curve spans both phases on the same held-out instances, steps counting on across phases.
     assert [p["phase"] for p in pre["curve"]] == ["seq128", "seq128", "seq512"]
     assert [p["step"] for p in pre["curve"]] == [3, 6, 8]
@@ -65,6 +72,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     md = (report.parent / "comparison.md").read_text()
     lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
+    assert "held-out SOP acc (not trained on)" in md and lines[2].endswith("| n/a | n/a | n/a |")
     assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[KEY_COMPARISON])))
