@@ -3,8 +3,9 @@ dataset, for every saved checkpoint of a pretraining run (one Ray task per check
 
 Averages are per masked token for MLM (as the loss) and per sentence-task row for NSP, summed over the
 whole held-out set before dividing, so batch boundaries do not change the result. Perplexity is
-exp(mean MLM cross-entropy). Batches take the held-out rows in dataset order (the first
-``max_batches * batch_size`` rows), sorted by length only to save padding.
+exp(mean MLM cross-entropy). Batches take every held-out row, or with ``max_batches`` an evenly spaced
+sample of ``max_batches * batch_size`` rows across the whole set (rows are stored by length bin, so the
+first rows would be the shortest only), sorted by length only to save padding.
 """
 from __future__ import annotations
 
@@ -53,9 +54,12 @@ def _check_data(dataset, model_config, vocab_file) -> None:
 
 
 def batches_of(dataset, batch_size: int, max_batches):
-    """Row-index batches over the first max_batches*batch_size rows, grouped by length."""
-    n = len(dataset) if max_batches is None else min(len(dataset), max_batches * batch_size)
-    order = np.argsort(dataset.lengths[:n], kind="stable")
+    """Row-index batches grouped by length: every row, or an evenly spaced sample of max_batches*batch_size
+    rows over the whole set (the same rows every time; every length bin in proportion)."""
+    total = len(dataset)
+    n = total if max_batches is None else min(total, max_batches * batch_size)
+    rows = np.floor(np.arange(n) * (total / n)).astype(np.int64)
+    order = rows[np.argsort(dataset.lengths[rows], kind="stable")]
     return [order[lo : lo + batch_size] for lo in range(0, n, batch_size)]
 
 

@@ -149,3 +149,19 @@ def test_cli_runs_and_rejects_bad_input(tiny_hf, shared_data, tmp_path, capsys):
         assert eval_main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("bertflow: error:") and message in err[0], err
+
+
+def test_max_batches_samples_rows_across_every_length_bin():
+    """Instance files store rows by length bin: a capped held-out score must not be the shortest rows only."""
+    import numpy as np
+
+    from evaluation.intrinsic import batches_of
+
+    lengths = np.repeat(np.array([16, 48, 80, 128]), [700, 100, 100, 100])  # stored by bin, shortest first
+    data = type("Held", (), {"lengths": lengths, "__len__": lambda self: len(lengths)})()
+    capped = np.concatenate(batches_of(data, 10, 20))
+    assert len(capped) == len(set(capped.tolist())) == 200
+    assert np.array_equal(np.bincount(lengths[capped])[[16, 48, 80, 128]], [140, 20, 20, 20])  # in proportion
+    assert np.array_equal(capped, np.concatenate(batches_of(data, 10, 20)))  # the same rows every time
+    full = np.concatenate(batches_of(data, 10, None))
+    assert sorted(full.tolist()) == list(range(1000)) and all(np.diff(lengths[full]) >= 0)
