@@ -1,15 +1,16 @@
 """Elastic exact resume: a run checkpointed on 2 ranks resumes on 1 (accumulation 1 -> 2) and one
 checkpointed on 1 rank resumes on 2 (2 -> 1); same global batch of 8, DeepSpeed on gloo, for
-ZeRO-0 fp32, ZeRO-1 bf16 and ZeRO-2 fp32 (ZeRO-1/2 optimizer state is repartitioned at load by
+ZeRO-0 fp32 AdamW, ZeRO-1 bf16 AdamW and ZeRO-2 fp32 LAMB (ZeRO-1/2 optimizer state is repartitioned at load by
 bert_core.zero_reshard; the lr schedule comes from the restored scheduler state).
 
 Each resumed run must see the same global batches as an unbroken run, so its losses equal the
 unbroken run's up to the order of the floating-point reductions (the gradient of 2 micro batches is
 summed by accumulation on one rank, by all-reduce or reduce-scatter on two). Measured on this tiny
-model: ZeRO-0 fp32 and ZeRO-1 bf16 resumed runs identical to the last bit to the unbroken run (losses,
-accuracies, lr, ZeRO-1's global gradient norm); ZeRO-2 fp32 within 1.03e-7 relative, the same as its
-unbroken 1-rank vs 2-rank difference (ZeRO-1 bf16 1 vs 2 ranks: 8.6e-8). The test allows 1e-5
-relative, since a bigger model or another all-reduce algorithm may round differently.
+model, in both directions: ZeRO-0 fp32, ZeRO-1 bf16 and ZeRO-2 LAMB resumed runs identical to the last
+bit to the unbroken run (losses, accuracies, lr, ZeRO-1/2's global gradient norm); ZeRO-2 fp32 with
+AdamW (an earlier version of this file) within 1.03e-7 relative, its unbroken 1-rank vs 2-rank
+difference. Unbroken 1 vs 2 ranks: ZeRO-1 bf16 8.6e-8, ZeRO-2 LAMB 4.5e-8 (reduction order). The test
+allows 1e-5 relative, since a bigger model or another all-reduce algorithm may round differently.
 """
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.deepspeed]
 STEPS, CUT = 6, 3
 KEYS = ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr")
 REL_TOL = 1e-5
-CASES = {"zero0-fp32": (0, "fp32"), "zero1-bf16": (1, "bf16"), "zero2-fp32": (2, "fp32")}
+CASES = {"zero0-fp32": (0, "fp32", "adamw"), "zero1-bf16": (1, "bf16", "adamw"), "zero2-fp32-lamb": (2, "fp32", "lamb")}
 
 
-def _cmd(data: Path, out: Path, ranks: int, accum: int, stage: int, precision: str, *extra: str) -> list[str]:
+def _cmd(data: Path, out: Path, ranks: int, accum: int, case: tuple, *extra: str) -> list[str]:
+    stage, precision, optimizer = case
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port", str(_port())]
     return [*launch, "-m", "bert_core.train", "--data-dir", str(data), "--output-dir", str(out), "--engine", "deepspeed",
-            "--zero-stage", str(stage), "--precision", precision, "--launcher", "torchrun", "--max-steps", str(STEPS), "--save-every", str(CUT),
+            "--zero-stage", str(stage), "--precision", precision, "--optimizer", optimizer, "--launcher", "torchrun", "--max-steps", str(STEPS), "--save-every", str(CUT),
             "--log-every", "1", "--micro-batch-size", "4", "--grad-accum-steps", str(accum), "--lr", "1e-3",
             "--seed", "11", "--dropout", "0", "--global-batch-size", "8", *extra]
 
@@ -69,16 +71,16 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module", params=list(CASES))
 def runs(request, data, tmp_path_factory) -> dict:
-    stage, precision = CASES[request.param]
+    case = CASES[request.param]
     tmp = tmp_path_factory.mktemp(f"elastic_{request.param}")
     out = {}
     for ranks, accum in ((2, 1), (1, 2)):
         run = tmp / f"unbroken{ranks}"
-        _run(_cmd(data, run, ranks, accum, stage, precision), tmp / f"unbroken{ranks}.log")
+        _run(_cmd(data, run, ranks, accum, case), tmp / f"unbroken{ranks}.log")
         other = 3 - ranks
         resumed = tmp / f"from{ranks}to{other}"
         _cut_at(run, resumed)
-        _run(_cmd(data, resumed, other, accum, stage, precision, "--resume"), tmp / f"resume{ranks}.log")
+        _run(_cmd(data, resumed, other, accum, case, "--resume"), tmp / f"resume{ranks}.log")
         out[ranks] = (run, resumed)
     return out
 
