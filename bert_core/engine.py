@@ -26,6 +26,7 @@ from bert_core.model import BertForPreTraining, use_fast_paths
 from bert_core.optim import attach_zero_partitions, make_optimizer, make_scheduler
 from bert_core.runtime import device_for
 from bert_core.train_config import TrainConfig, ds_config
+from bert_core.zero_reshard import load_resharded, saved_world_size
 from contracts.common import UserError
 
 METRIC_KEYS = ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc")
@@ -207,9 +208,13 @@ class DeepSpeedEngine:
         self.engine.save_checkpoint(str(directory), tag=DS_TAG, client_state=client_state, save_latest=False)
 
     def load(self, directory: Path) -> dict[str, Any]:
-        path, client_state = self.engine.load_checkpoint(
-            str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
+        saved_world = saved_world_size(directory / DS_TAG)
+        if self.config.zero_stage in (1, 2) and saved_world not in (0, self.world.world_size):
+            path, client_state = load_resharded(self.engine, directory, DS_TAG)  # elastic resume
+        else:
+            path, client_state = self.engine.load_checkpoint(
+                str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+            )
         if path is None:
             raise UserError(f"{directory}: DeepSpeed could not load this checkpoint")
         return client_state or {}

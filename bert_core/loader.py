@@ -11,9 +11,10 @@ Invariants
 - A global batch holds rows of one length bin only (little padding); each bin's tail that does not
   fill a global batch is left out of that epoch (a different tail each epoch, since it is shuffled).
 - The cursor (epoch, next global batch, next micro batch within it) is all the state.
-- Storage: the columns are memory-mapped from a node-local decoded copy (``loader_cache``), so a
-  rank's memory does not grow with the dataset; only the per-row index (lengths, bins) and the
-  epoch plan (8 bytes a row) are in RAM. ``storage="memory"`` keeps the old whole-load path.
+- Storage: rows are read with positioned reads from a node-local decoded copy (``loader_cache``), so
+  a rank's memory does not grow with the dataset's tokens; only the per-row index (offsets, lengths,
+  bins: about 25 bytes a row) and the epoch plan (8 bytes a row) are in RAM. ``storage="mmap"`` maps
+  the copy instead and ``storage="memory"`` keeps the old whole-load path (both for comparison).
 - Collation is vectorised over flat values/offsets arrays (no per-row Python); a background thread
   collates the next micro batches (``prefetch``), which never changes what a batch holds.
 """
@@ -30,10 +31,10 @@ import pyarrow.parquet as pq
 import torch
 
 from bert_core.config import ModelConfig
-from bert_core.loader_cache import open_cache
+from bert_core.loader_cache import interleave, open_cache, take_ranges
+from data_jobs.ragged import gather_ranges
 from contracts.common import UserError
 from contracts.schema import Manifest
-from data_jobs.ragged import gather_ranges
 
 DEFAULT_BIN_SIZE = 32
 RELEASE_EVERY = 64  # micro batches between two release_pages() calls (bounded RSS on mmap storage)
@@ -81,9 +82,9 @@ def _check_vocab_size(d: Path, vocab_size: int, vocab_file: Optional[str]) -> No
 
 
 class InstanceDataset:
-    """An instances dataset directory as flat numpy arrays (memory-mapped, or loaded: ``storage``)."""
+    """An instances dataset directory as flat columns (read on demand, mapped or loaded: ``storage``)."""
 
-    def __init__(self, data_dir: str | Path, verify: str = "size", storage: str = "mmap"):
+    def __init__(self, data_dir: str | Path, verify: str = "size", storage: str = "pread"):
         self.dir = Path(data_dir)
         self.manifest = Manifest.read(self.dir, kind="instances")
         problems = self.manifest.verify_files(self.dir, deep=(verify == "deep")) if verify != "none" else []
@@ -99,20 +100,18 @@ class InstanceDataset:
         self.vocab_file = totals.get("vocab_file")
         _check_vocab_size(self.dir, self.vocab_size, self.vocab_file)
         self.bin_size = int(self.manifest.config.get("length_bin_size", DEFAULT_BIN_SIZE))
-        if storage not in ("mmap", "memory"):
-            raise ValueError(f"storage {storage!r}: choose mmap or memory")
+        if storage not in ("pread", "mmap", "memory"):
+            raise ValueError(f"storage {storage!r}: choose pread, mmap or memory")
         self.storage = storage
-        self._map() if storage == "mmap" else self._load()
+        self._load() if storage == "memory" else self._open(storage)
         self._check_index()
 
-    def _map(self) -> None:
-        """Columns memory-mapped from the node-local decoded copy (built on first use)."""
-        maps = open_cache(self.dir, self.manifest)
+    def _open(self, storage: str) -> None:
+        """Columns of the node-local decoded copy (built on first use), read or memory-mapped."""
+        maps = open_cache(self.dir, self.manifest, storage)
         self._maps = [m for m in maps.values() if isinstance(m, np.memmap)]  # for release_pages
-        a = {k: np.asarray(m) for k, m in maps.items()}  # plain views: no np.memmap overhead per index
-        self.input_ids = _Ragged(a["ids"], a["ids_off"])
-        self.masked_positions = _Ragged(a["mpos"], a["m_off"])
-        self.masked_ids = _Ragged(a["mids"], a["m_off"])
+        a = {k: m if not isinstance(m, np.ndarray) else np.asarray(m) for k, m in maps.items()}  # no memmap overhead
+        self.rows, self.ids_off, self.m_off = a["rows"], a["ids_off"], a["m_off"]
         self.segment_a_len, self.nsp_label = a["sega"], a["nsp"]
         self.lengths = a["lens"]
 
@@ -126,13 +125,13 @@ class InstanceDataset:
                 raise UserError(f"{self.dir / entry.name}: unreadable Parquet: {str(err).splitlines()[0]}") from None
             for k in cols:
                 cols[k].extend(table.column(k).chunks)
-        self.input_ids = _Ragged.from_chunks(cols["input_ids"])
-        self.masked_positions = _Ragged.from_chunks(cols["masked_positions"])
-        self.masked_ids = _Ragged.from_chunks(cols["masked_ids"])
+        ids, mpos, mids = (_Ragged.from_chunks(cols[k]) for k in ("input_ids", "masked_positions", "masked_ids"))
+        self.ids_off, self.m_off = ids.offsets, mpos.offsets
+        self.rows = interleave(ids.values, ids.offsets, mpos.values, mids.values.astype(ids.values.dtype), mpos.offsets)
         flat = lambda k, dt: np.concatenate([c.to_numpy(zero_copy_only=False) for c in cols[k]]).astype(dt) if cols[k] else np.zeros(0, dt)
         self.segment_a_len = flat("segment_a_len", np.int64)
         self.nsp_label = flat("nsp_label", np.int64)
-        self.lengths = self.input_ids.lengths()
+        self.lengths = ids.lengths()
 
     def _check_index(self) -> None:
         n = len(self.lengths)
@@ -181,20 +180,22 @@ class InstanceDataset:
         """Rows -> padded batch. mlm_positions are flat indices into the B*S tokens (row-major)."""
         rows = np.asarray(rows, dtype=np.int64)
         B, S = len(rows), seq_len
-        starts = np.asarray(self.input_ids.offsets[rows], dtype=np.int64)
+        ids_starts = np.asarray(self.ids_off[rows], dtype=np.int64)
         lens = np.asarray(self.lengths[rows], dtype=np.int64)
+        m_starts = np.asarray(self.m_off[rows], dtype=np.int64)
+        m_lens = np.asarray(self.m_off[rows + 1], dtype=np.int64) - m_starts
+        # one contiguous read per row (its record: ids, masked positions, masked ids), then split
+        rec_lens = lens + 2 * m_lens
+        recs = take_ranges(self.rows, ids_starts + 2 * m_starts, rec_lens)
+        at = np.cumsum(rec_lens) - rec_lens
         col_S = np.arange(S, dtype=np.int64)
         valid_BS = col_S[None, :] < lens[:, None]
-        # one contiguous read per row (its own pages only), scattered into the padded batch
         ids_BS = np.full((B, S), pad_id, dtype=np.int64)
-        ids_BS[valid_BS] = self.input_ids.values[gather_ranges(starts, lens)]
+        ids_BS[valid_BS] = recs[gather_ranges(at, lens)]
         types_BS = (col_S[None, :] >= np.asarray(self.segment_a_len[rows], dtype=np.int64)[:, None]) & valid_BS
-        m_starts = np.asarray(self.masked_positions.offsets[rows], dtype=np.int64)
-        m_lens = np.asarray(self.masked_positions.offsets[rows + 1], dtype=np.int64) - m_starts
-        gather_M = gather_ranges(m_starts, m_lens)
         row_M = np.repeat(np.arange(B, dtype=np.int64) * S, m_lens)
-        positions_M = row_M + self.masked_positions.values[gather_M].astype(np.int64)
-        labels_M = self.masked_ids.values[gather_M].astype(np.int64)
+        positions_M = row_M + recs[gather_ranges(at + lens, m_lens)].astype(np.int64)
+        labels_M = recs[gather_ranges(at + lens + m_lens, m_lens)].astype(np.int64)
         return {
             "input_ids": torch.from_numpy(ids_BS),
             "token_type_ids": torch.from_numpy(types_BS.astype(np.int64)),

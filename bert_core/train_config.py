@@ -196,14 +196,14 @@ def elastic_config(config: TrainConfig, saved: dict[str, Any], world_size: int, 
     """The config of a run resumed on another world size: the saved global batch is kept and the
     accumulation absorbs the change (global = micro x accumulation x world, as ``global_batch``).
 
-    Only state that does not depend on the world size can move: DeepSpeed ZeRO >= 1 shards (and its
-    bf16 wrapper partitions) the optimizer state per rank and refuses another world size on load."""
+    ZeRO-0 state is whole on every rank; ZeRO-1/2 optimizer state (fp32 or bf16) is repartitioned at
+    load (``bert_core.zero_reshard``). ZeRO-3 also shards the weights, which DeepSpeed cannot move."""
     saved_world = int(saved.get("world_size", world_size))
-    if config.engine == "deepspeed" and (config.zero_stage > 0 or config.precision != "fp32"):
+    if config.engine == "deepspeed" and config.zero_stage == 3:
         raise UserError(
             f"--resume: {where} was written by {saved_world} ranks, this launch has {world_size}; resuming on "
-            "another world size needs zero_stage 0 and precision fp32 (DeepSpeed partitions ZeRO and bf16 "
-            "optimizer state per rank and cannot repartition it on load)"
+            "another world size needs zero_stage 0, 1 or 2 (ZeRO-3 partitions the weights per rank and "
+            "cannot be repartitioned on load)"
         )
     cursor = saved.get("loader", {})
     global_batch = int(cursor.get("global_batch_size") or

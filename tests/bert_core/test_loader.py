@@ -121,7 +121,11 @@ def test_cursor_moves_between_world_sizes(ds):
     assert np.array_equal(np.concatenate([one.next_rows(), one.next_rows()]), expected)
 
 
-def test_prefetch_and_storage_do_not_change_batches(data, ds):
+@pytest.mark.parametrize("storage", ["pread", "mmap"])
+def test_prefetch_and_storage_do_not_change_batches(data, storage):
+    """Positioned reads (the default) and memory maps of the decoded copy give the whole load's bytes."""
+    ds = InstanceDataset(data, storage=storage)
+    assert ds.storage == storage and (storage == "mmap") == bool(ds._maps)  # pread maps nothing
     loaded = InstanceDataset(data, storage="memory")
     plain = BatchLoader(loaded, 4, 1, 2, seed=3, grad_accum_steps=2)
     fetched = BatchLoader(ds, 4, 1, 2, seed=3, grad_accum_steps=2, prefetch=3)
