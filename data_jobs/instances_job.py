@@ -40,7 +40,7 @@ from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, ins
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 # What a local worker imports (once, in the fork server): everything process_shard touches.
-WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "pyarrow.compute", "tokenizers", "tqdm"]
+WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "tokenizers", "tqdm"]
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
 POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
@@ -69,20 +69,43 @@ def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]
 def _read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list[int]]:
     """All sentences of a shard (or of the given rows) as one list, and the sentences per document:
     Arrow's own layout, several times cheaper than nested Python lists. A null sentence or
-    document reads as empty."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    document reads as empty.
+
+    Read with ``ParquetFile`` and numpy offsets only: ``pq.read_table`` imports ``pyarrow.dataset``
+    (and pandas with it), ``Table.take`` and ``pyarrow.compute`` more, ~0.3 CPU-s in every fresh worker."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path, columns=["sentences"])
+        col = pq.ParquetFile(path).read(columns=["sentences"]).column("sentences").combine_chunks()
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
-    if rows is not None:
-        table = table.take(pa.array(rows, type=pa.int64()))
-    col = table.column("sentences").combine_chunks()
-    per_doc = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).tolist()
-    return pc.fill_null(col.flatten(), "").to_pylist(), per_doc
+    if len(col) == 0:
+        return [], []
+    # Offsets and values straight from the buffers: ListArray.flatten imports pyarrow.compute and
+    # Array.to_numpy pandas.
+    offs_N1 = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset:col.offset + len(col) + 1].astype(np.int64)
+    per_doc_N = np.diff(offs_N1)
+    if col.null_count:
+        per_doc_N *= _valid(col)
+    if rows is None and not col.null_count:
+        sentences = col.values.slice(int(offs_N1[0]), int(offs_N1[-1] - offs_N1[0])).to_pylist()
+    else:
+        rows = range(len(col)) if rows is None else rows
+        lo_N, n_N = offs_N1.tolist(), per_doc_N.tolist()
+        sentences = [s for r in rows for s in col.values.slice(lo_N[r], n_N[r]).to_pylist()]
+        per_doc_N = per_doc_N[np.asarray(rows, dtype=np.int64)]
+    if None in sentences:
+        sentences = ["" if s is None else s for s in sentences]
+    return sentences, per_doc_N.tolist()
+
+
+def _valid(arr) -> np.ndarray:
+    """Arrow validity bitmap as 0/1 per slot (no pyarrow.compute)."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None:
+        return np.ones(len(arr), dtype=np.int64)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset:arr.offset + len(arr)].astype(np.int64)
 
 
 def _tokenizer(vocab_file: str, lowercase: bool):
@@ -149,7 +172,7 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
 
     from contracts.common import atomic_path
     from data_jobs.instance_stats import merge_stats, new_stats
-    from data_jobs.instances import round_table
+    from data_jobs.instances import bin_slices, round_table
 
     stats = new_stats()
     rows: dict[int, int] = {}
@@ -157,17 +180,15 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
     with ExitStack() as stack:
         try:
             for r in range(cfg.dupe_factor):
-                table, len_N, round_stats = round_table(ctx, r)
+                table, len_N, round_stats = round_table(ctx, r, cfg.length_bin_size)
                 stats = merge_stats(stats, round_stats)
-                upper_N = np.minimum(-(-len_N // cfg.length_bin_size) * cfg.length_bin_size, cfg.max_seq_length)
-                for upper in np.unique(upper_N).tolist():
+                for upper, first, n in bin_slices(len_N, cfg.length_bin_size, cfg.max_seq_length):
                     if upper not in writers:
                         tmp = stack.enter_context(atomic_path(out / part_name(shard, upper)))
                         writers[upper] = pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False,
                                                           write_statistics=False)
-                    part = table.take(np.flatnonzero(upper_N == upper)).cast(schema)
-                    writers[upper].write_table(part)
-                    rows[upper] = rows.get(upper, 0) + part.num_rows
+                    writers[upper].write_table(table.slice(first, n))
+                    rows[upper] = rows.get(upper, 0) + n
         finally:  # close before atomic_path renames (success) or deletes (failure) the files
             for w in writers.values():
                 w.close()
