@@ -36,6 +36,7 @@ from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, co
                               write_json_atomic)
 from contracts.lock import output_lock, others
 from data_jobs.config import InstancesConfig
+from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
@@ -58,56 +59,6 @@ def done_name(shard: int) -> str:
 
 # ---------------------------------------------------------------- worker side (pure but for files)
 
-def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]:
-    """The documents (or the given rows) of a shard as lists of sentences."""
-    sentences, per_doc = _read_flat(path, rows)
-    offs = np.zeros(len(per_doc) + 1, dtype=np.int64)
-    np.cumsum(per_doc, out=offs[1:])
-    return [sentences[lo:hi] for lo, hi in zip(offs[:-1].tolist(), offs[1:].tolist())]
-
-
-def _read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list[int]]:
-    """All sentences of a shard (or of the given rows) as one list, and the sentences per document:
-    Arrow's own layout, several times cheaper than nested Python lists. A null sentence or
-    document reads as empty.
-
-    Read with ``ParquetFile`` and numpy offsets only: ``pq.read_table`` imports ``pyarrow.dataset``
-    (and pandas with it), ``Table.take`` and ``pyarrow.compute`` more, ~0.3 CPU-s in every fresh worker."""
-    import pyarrow.parquet as pq
-
-    try:
-        col = pq.ParquetFile(path).read(columns=["sentences"]).column("sentences").combine_chunks()
-    except Exception as err:  # pyarrow raises several types for a corrupt file
-        raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
-    if len(col) == 0:
-        return [], []
-    # Offsets and values straight from the buffers: ListArray.flatten imports pyarrow.compute and
-    # Array.to_numpy pandas.
-    offs_N1 = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset:col.offset + len(col) + 1].astype(np.int64)
-    per_doc_N = np.diff(offs_N1)
-    if col.null_count:
-        per_doc_N *= _valid(col)
-    if rows is None and not col.null_count:
-        sentences = col.values.slice(int(offs_N1[0]), int(offs_N1[-1] - offs_N1[0])).to_pylist()
-    else:
-        rows = range(len(col)) if rows is None else rows
-        lo_N, n_N = offs_N1.tolist(), per_doc_N.tolist()
-        sentences = [s for r in rows for s in col.values.slice(lo_N[r], n_N[r]).to_pylist()]
-        per_doc_N = per_doc_N[np.asarray(rows, dtype=np.int64)]
-    if None in sentences:
-        sentences = ["" if s is None else s for s in sentences]
-    return sentences, per_doc_N.tolist()
-
-
-def _valid(arr) -> np.ndarray:
-    """Arrow validity bitmap as 0/1 per slot (no pyarrow.compute)."""
-    bitmap = arr.buffers()[0]
-    if bitmap is None:
-        return np.ones(len(arr), dtype=np.int64)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return bits[arr.offset:arr.offset + len(arr)].astype(np.int64)
-
-
 def _tokenizer(vocab_file: str, lowercase: bool):
     """The worker's tokenizer, built once per process (Ray reuses workers across shard tasks; building
     one from a 30k vocab costs ~0.05 s, a tenth of tokenizing a 2 MB shard)."""
@@ -127,7 +78,7 @@ def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, 
 
     rng = random.Random(derive_seed(seed, "pool", shard))
     rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
-    docs = _read_documents(shard_path, rows)
+    docs = read_documents(shard_path, rows)
     tok = _tokenizer(vocab_file, lowercase)
     region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
     return pool_sample(tok, docs, [(shard << 32) | r for r in rows], region_chars, max_seq_length, rng)
@@ -142,7 +93,7 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
-    sentences, per_doc = _read_flat(shard_path)
+    sentences, per_doc = read_flat(shard_path)
     tok = _tokenizer(vocab["vocab_file"], vocab["lowercase"])
     td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
     del sentences
