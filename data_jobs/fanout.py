@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 import types
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -106,23 +107,42 @@ class Workers:
         calls = [tuple(c) for c in calls]
         limit = min(self.limit, len(calls) or 1)
         where, shared = where or desc, shared or {}
+        # The local pool starts before the progress bar (whose monitor thread would rule out fork).
+        pool = self._pool(fn) if self.kind == "local" and limit > 1 else None
         with tqdm(total=len(calls), desc=desc, unit=unit, disable=None, file=sys.stderr) as bar:
             if self.kind == "ray":
                 return _run_ray(fn, calls, limit, (self.num_cpus, self.num_gpus), self.ray_address, shared, max_retries,
                                 where, bar)
-            if self.limit == 1 or (limit == 1 and self._executor is None):
+            if pool is None:
                 return _run_here(fn, calls, shared, where, bar)
-            return _run_pool(self._pool(fn), fn, calls, limit, shared, where, bar)
+            return _run_pool(pool, fn, calls, limit, shared, where, bar)
 
     def _pool(self, fn: Callable) -> ProcessPoolExecutor:
+        """``max_in_flight - 1`` worker processes: this process is the last worker (``_run_pool``).
+
+        Forked from this process when it runs no other Python thread (no import to repeat, no
+        interpreter to start; a fork copies only the forking thread, so another thread's held lock
+        would stay held in the child); else from a fork server, a clean interpreter that imports
+        ``preload`` once."""
         if self._executor is None:
-            ctx = multiprocessing.get_context("forkserver")
-            # The fork server starts from a clean interpreter and imports these once; every worker
-            # forked from it then skips the numpy/pyarrow/tokenizers imports.
-            mods = self.preload + ([fn.__module__] if fn.__module__ != "__main__" else [])
-            ctx.set_forkserver_preload(mods)
-            self._executor = ProcessPoolExecutor(self.limit, mp_context=ctx, initializer=_set_worker_env)
+            if _single_threaded():
+                ctx = multiprocessing.get_context("fork")
+            else:
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload(self.preload + ([fn.__module__] if fn.__module__ != "__main__" else []))
+            self._executor = ProcessPoolExecutor(self.limit - 1, mp_context=ctx, initializer=_set_worker_env)
+            # Start the workers now, from this thread (fork copies only the forking thread; the pool
+            # forks all its processes on the first submit, a fork server's start on the first too).
+            with _bare_main(fn):
+                self._executor.submit(int)
         return self._executor
+
+
+def _single_threaded() -> bool:
+    """True if this process runs no other Python thread (Prefect's, Ray's, a progress bar's monitor):
+    then fork is safe. The native pools every driver has (OpenBLAS's, Arrow's jemalloc, tokenizers'
+    Rayon) register their own at-fork handlers."""
+    return threading.active_count() == 1
 
 
 def fan_out(fn: Callable, calls: Sequence[tuple], *, desc: str, max_in_flight: int = 1, num_cpus: float = 1,
@@ -143,16 +163,27 @@ def _check(result: Any) -> Any:
 
 
 def _run_here(fn, calls, shared, where, bar) -> list:
-    """One worker: in this process, with the tokenizer on one thread as in a worker process (one
-    worker means one core), the caller's environment restored afterwards."""
+    """One worker: every call in this process, in order; the first failure raises."""
+    results: list = [None] * len(calls)
+    order = iter(range(len(calls)))
+
+    def done(i: int, result: Any) -> None:
+        results[i] = _check(result)
+        bar.update(1)
+
+    _work_here(fn, calls, shared, where, lambda: next(order, None), done)
+    return results
+
+
+def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done: Callable[[int, Any], None]) -> None:
+    """This process as a worker: runs ``calls[take()]`` until ``take()`` is None, with the tokenizer on
+    one thread as in a worker process (one worker means one core), the caller's environment restored
+    afterwards."""
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        results = []
-        for args in calls:
-            results.append(_check(_guarded_call(fn, where, args, shared)))
-            bar.update(1)
-        return results
+        while (i := take()) is not None:
+            done(i, _guarded_call(fn, where, calls[i], shared))
     finally:
         if saved is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -181,26 +212,68 @@ def _bare_main(fn: Callable) -> Iterator[None]:
 
 
 def _run_pool(ex: ProcessPoolExecutor, fn, calls, limit, shared, where, bar) -> list:
-    """Calls on the local pool, ``limit`` in flight; the first failure stops the fan-out after
-    cancelling what has not started."""
+    """Calls on ``limit`` workers: the pool's ``limit - 1`` processes and this process, each taking the
+    next call in input order whenever it is free (a feeder thread keeps the pool busy while this
+    thread works). The first failure stops the fan-out: no new call starts, the running ones finish,
+    then it is raised (a worker's UserError as one line, a dead worker process as its own error)."""
     results: list = [None] * len(calls)
-    pending: dict[Future, int] = {}
-    nxt = 0
+    state: dict[str, Any] = {"next": 0, "failure": None}
+    lock = threading.Lock()
+
+    def take() -> Optional[int]:
+        with lock:
+            if state["failure"] is not None or state["next"] >= len(calls):
+                return None
+            state["next"] += 1
+            return state["next"] - 1
+
+    def done(i: int, result: Any) -> None:
+        with lock:
+            if i >= 0:
+                results[i] = result
+            if isinstance(result, (_Failed, BaseException)) and state["failure"] is None:
+                state["failure"] = result
+            bar.update(1)
+
+    feeder = threading.Thread(target=_feed_pool, args=(ex, fn, calls, limit - 1, shared, where, take, done),
+                              name="fanout-feeder", daemon=True)
+    feeder.start()
     try:
-        while nxt < len(calls) or pending:
-            while nxt < len(calls) and len(pending) < limit:
+        _work_here(fn, calls, shared, where, take, done)
+    except BaseException as err:  # Ctrl-C here: the feeder starts nothing more
+        done(-1, err)
+        raise
+    feeder.join()
+    failure = state["failure"]
+    if isinstance(failure, BaseException):
+        raise failure
+    return [_check(r) for r in results]
+
+
+def _feed_pool(ex: ProcessPoolExecutor, fn, calls, slots: int, shared, where, take, done) -> None:
+    """Keep ``slots`` calls running on the pool, reporting each result (or the error of a worker
+    process that died) to ``done``."""
+    pending: dict[Future, int] = {}
+    try:
+        while True:
+            while len(pending) < slots and (i := take()) is not None:
                 with _bare_main(fn):  # submit may start a worker process
-                    pending[ex.submit(_guarded_call, fn, where, calls[nxt], shared)] = nxt
-                nxt += 1
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for fut in sorted(done, key=pending.__getitem__):
-                results[pending.pop(fut)] = _check(fut.result())
-                bar.update(1)
-    except BaseException:
+                    pending[ex.submit(_guarded_call, fn, where, calls[i], shared)] = i
+            if not pending:
+                return
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                i = pending.pop(fut)
+                try:
+                    result = fut.result()
+                except BaseException as err:  # BrokenProcessPool, an unpicklable result
+                    result = err
+                done(i, result)
+    except BaseException as err:
+        done(-1, err)
+    finally:
         for fut in pending:
             fut.cancel()
-        raise
-    return results
 
 
 def _run_ray(fn, calls, limit, resources, ray_address, shared, max_retries, where, bar) -> list:

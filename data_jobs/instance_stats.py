@@ -60,3 +60,8 @@ def summarize_stats(raw: dict, length_bin_size: int, max_seq_length: int) -> dic
 def bin_upper(length: int, bin_size: int, max_seq_length: int) -> int:
     """Upper edge of the length bin holding ``length``: bins are (upper - bin_size, upper]."""
     return min(-(-length // bin_size) * bin_size, max_seq_length)
+
+
+def bin_uppers(len_N: np.ndarray, bin_size: int, max_seq_length: int) -> np.ndarray:
+    """``bin_upper`` of every length at once."""
+    return np.minimum(-(-np.asarray(len_N) // bin_size) * bin_size, max_seq_length)

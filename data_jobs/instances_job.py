@@ -36,11 +36,12 @@ from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, co
                               write_json_atomic)
 from contracts.lock import output_lock, others
 from data_jobs.config import InstancesConfig
+from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 # What a local worker imports (once, in the fork server): everything process_shard touches.
-WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "pyarrow.compute", "tokenizers", "tqdm"]
+WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "tokenizers", "tqdm"]
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
 POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
@@ -57,33 +58,6 @@ def done_name(shard: int) -> str:
 
 
 # ---------------------------------------------------------------- worker side (pure but for files)
-
-def _read_documents(path: str, rows: list[int] | None = None) -> list[list[str]]:
-    """The documents (or the given rows) of a shard as lists of sentences."""
-    sentences, per_doc = _read_flat(path, rows)
-    offs = np.zeros(len(per_doc) + 1, dtype=np.int64)
-    np.cumsum(per_doc, out=offs[1:])
-    return [sentences[lo:hi] for lo, hi in zip(offs[:-1].tolist(), offs[1:].tolist())]
-
-
-def _read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list[int]]:
-    """All sentences of a shard (or of the given rows) as one list, and the sentences per document:
-    Arrow's own layout, several times cheaper than nested Python lists. A null sentence or
-    document reads as empty."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path, columns=["sentences"])
-    except Exception as err:  # pyarrow raises several types for a corrupt file
-        raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
-    if rows is not None:
-        table = table.take(pa.array(rows, type=pa.int64()))
-    col = table.column("sentences").combine_chunks()
-    per_doc = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).tolist()
-    return pc.fill_null(col.flatten(), "").to_pylist(), per_doc
-
 
 def _tokenizer(vocab_file: str, lowercase: bool):
     """The worker's tokenizer, built once per process (Ray reuses workers across shard tasks; building
@@ -104,7 +78,7 @@ def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, 
 
     rng = random.Random(derive_seed(seed, "pool", shard))
     rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
-    docs = _read_documents(shard_path, rows)
+    docs = read_documents(shard_path, rows)
     tok = _tokenizer(vocab_file, lowercase)
     region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
     return pool_sample(tok, docs, [(shard << 32) | r for r in rows], region_chars, max_seq_length, rng)
@@ -119,7 +93,7 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
-    sentences, per_doc = _read_flat(shard_path)
+    sentences, per_doc = read_flat(shard_path)
     tok = _tokenizer(vocab["vocab_file"], vocab["lowercase"])
     td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
     del sentences
@@ -149,7 +123,7 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
 
     from contracts.common import atomic_path
     from data_jobs.instance_stats import merge_stats, new_stats
-    from data_jobs.instances import round_table
+    from data_jobs.instances import bin_slices, round_table
 
     stats = new_stats()
     rows: dict[int, int] = {}
@@ -157,17 +131,15 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
     with ExitStack() as stack:
         try:
             for r in range(cfg.dupe_factor):
-                table, len_N, round_stats = round_table(ctx, r)
+                table, len_N, round_stats = round_table(ctx, r, cfg.length_bin_size)
                 stats = merge_stats(stats, round_stats)
-                upper_N = np.minimum(-(-len_N // cfg.length_bin_size) * cfg.length_bin_size, cfg.max_seq_length)
-                for upper in np.unique(upper_N).tolist():
+                for upper, first, n in bin_slices(len_N, cfg.length_bin_size, cfg.max_seq_length):
                     if upper not in writers:
                         tmp = stack.enter_context(atomic_path(out / part_name(shard, upper)))
                         writers[upper] = pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False,
                                                           write_statistics=False)
-                    part = table.take(np.flatnonzero(upper_N == upper)).cast(schema)
-                    writers[upper].write_table(part)
-                    rows[upper] = rows.get(upper, 0) + part.num_rows
+                    writers[upper].write_table(table.slice(first, n))
+                    rows[upper] = rows.get(upper, 0) + n
         finally:  # close before atomic_path renames (success) or deletes (failure) the files
             for w in writers.values():
                 w.close()

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import operator
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -37,8 +40,8 @@ def test_local_results_in_input_order_on_at_most_max_in_flight_processes(workers
     pids = {pid for _, pid in out}
     if workers == 1:
         assert pids == {os.getpid()}  # in-process: no pool to start
-    else:
-        assert len(pids) <= 2 and os.getpid() not in pids
+    else:  # this process is one of the workers, the pool's process the other
+        assert len(pids) == 2 and os.getpid() in pids
     assert fan_out(plus_shared, [(1,), (2,)], desc="t", max_in_flight=workers, engine="local",
                    shared={"base": 10}) == [11, 12]
 
@@ -77,3 +80,21 @@ def test_ray_engine_order_shared_values_and_one_line_error(ray_local, tmp_path):
     with pytest.raises(UserError) as err:
         fan_out(read_vocab, [(str(missing),)], desc="t", max_in_flight=2, engine="ray")
     assert str(err.value) == f"{missing}: vocab file not found"
+
+
+
+def test_local_pool_forks_only_from_a_single_threaded_process():
+    """fork skips the workers' interpreter start and imports, but copies only the forking thread: with
+    another thread alive (Prefect's, Ray's, Arrow's pools) the workers come from a fork server instead."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        parents = fan_out(os.getppid, [()] * 4, desc="t", max_in_flight=2, engine="local")
+    finally:
+        stop.set()
+    assert len(set(parents)) == 2 and os.getpid() not in parents  # ours (for our calls) and the server
+    script = ("import os; from data_jobs.fanout import fan_out; "
+              "print(os.getpid() in fan_out(os.getppid, [()] * 4, desc='t', max_in_flight=2, engine='local'))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr  # single-threaded: its worker is its own child

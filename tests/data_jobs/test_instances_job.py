@@ -188,3 +188,11 @@ def test_local_engine_gives_the_bytes_of_the_ray_engine(ray_local, inputs):
         m = run(_cfg(inputs, f"e-local{workers}", num_workers=workers, engine="local"))
         assert _files(inputs / f"e-local{workers}") == _files(inputs / "e-ray")
         assert m.files == m_ray.files and m.totals == m_ray.totals and m.stats == m_ray.stats
+    # The CLI runs no other thread: its pool process is forked from it (here Ray's threads made it a
+    # fork server's); the driver itself is the second worker.
+    flags = ["--shards-dir", str(inputs / "shards"), "--vocab-dir", str(inputs / "vocab"), "--output-dir",
+             str(inputs / "e-cli"), "--dupe-factor", "2", "--max-seq-length", "64", "--random-pool-docs", "64",
+             "--engine", "local", "--num-workers", "2"]
+    done = subprocess.run([sys.executable, "-m", "data_jobs.instances_job", *flags], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _files(inputs / "e-cli") == _files(inputs / "e-ray")

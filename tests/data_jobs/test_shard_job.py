@@ -188,7 +188,7 @@ def test_inspect_decodes_instances_made_from_our_shards(ray_local, shared_data, 
     from data_jobs.instances_job import run as run_instances
     from data_jobs.vocab_job import run as run_vocab
 
-    # One shard: instances_job._read_documents fails on table.take([]) (an empty row list), reported.
+    # One shard: shard_read.read_documents once failed on table.take([]) (an empty row list), reported.
     run(cfg([shared_data / "corpus/bert_sample"], tmp_path / "docs", num_shards=1))
     run_vocab(VocabConfig(output_dir=str(tmp_path / "vocab"), vocab_file=str(bert_uncased_vocab)))
     run_instances(InstancesConfig(shards_dir=str(tmp_path / "docs"), vocab_dir=str(tmp_path / "vocab"),
