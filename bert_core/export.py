@@ -103,6 +103,14 @@ def _refuse_foreign(out: Path) -> None:
                         "use a new output dir")
 
 
+def export_owned(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
+    """export_checkpoint for a pipeline stage: under the directory's one-writer lock, and refused when the
+    directory holds files no export wrote (the export replaces the whole directory)."""
+    with output_lock(out_dir):
+        _refuse_foreign(Path(out_dir))
+        return export_checkpoint(checkpoint_or_run_dir, out_dir)
+
+
 def _export_locked(args) -> int:
     _refuse_foreign(Path(args.out))
     state = status(args.checkpoint, args.out)

@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 from bert_core.identity import MARKER, identity
 from bert_core.train_config import TrainConfig
-from contracts.lock import others
-from contracts.common import NO_OUTPUT, Status
+from contracts.lock import others, output_lock
+from contracts.common import NO_OUTPUT, Status, UserError
 
 RUN_CONFIG = "train_config.json"
 METRICS_FILE = "metrics.jsonl"  # bert_core.train_log.METRICS_FILE
@@ -84,12 +84,27 @@ def status(config: TrainConfig) -> Status:
     return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}")
 
 
+RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, "checkpoints", "tensorboard"})  # what a run writes
+
+
 def discard(config: TrainConfig) -> None:
-    """Remove a stale run (another config's or other inputs') from ``output_dir`` before training anew;
-    only a directory that holds a bertflow run is touched."""
+    """Remove a stale run (another config's or other inputs') from ``output_dir`` before training anew:
+    only what a run writes, under the directory's one-writer lock; a directory that also holds files
+    no run wrote is refused with one line (a user's notes are never deleted with the stale run)."""
     run_dir = Path(config.output_dir)
-    if (run_dir / RUN_CONFIG).is_file() or (run_dir / "checkpoints").is_dir():
-        shutil.rmtree(run_dir)
+    if not ((run_dir / RUN_CONFIG).is_file() or (run_dir / "checkpoints").is_dir()):
+        return
+    with output_lock(run_dir):
+        foreign = sorted(p.name for p in others(run_dir) if p.name not in RUN_FILES)
+        if foreign:
+            raise UserError(f"output_dir: {run_dir} holds a stale run and files no run wrote ({foreign[0]}"
+                            f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); move them or "
+                            "choose another directory")
+        for p in others(run_dir):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
 
 
 def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:

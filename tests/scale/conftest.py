@@ -8,7 +8,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale_support, beside this file
 
-from scale_support import DS_ARGS, REPO, TALLY, RayCluster, base_env, free_port, run_cli  # noqa: E402
+from hostile_check import TALLY  # noqa: E402
+from scale_support import DS_ARGS, REPO, RayCluster, base_env, free_port, run_cli  # noqa: E402
 
 
 @pytest.fixture(scope="package")
@@ -44,10 +45,14 @@ def ds_reference(tmp_path_factory) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The bad-input battery's tally: how many cases an entry point handled as it should."""
-    total = sum(TALLY.values())
+    """The hostile battery's one tally (tests/scale/test_hostile.py): cases that passed every check of
+    hostile_check.verify, of all that ran, and how many went through each entry point."""
+    ran = {e: sum(t.values()) for e, t in TALLY.items()}
+    total = sum(ran.values())
     if total:
-        terminalreporter.write_line(
-            f"bad-input battery: {TALLY['passed']} of {total} cases pass "
-            f"({TALLY['failed']} fail, {TALLY['skipped']} skipped)"
-        )
+        passed = sum(t["passed"] for t in TALLY.values())
+        failed = sum(t["failed"] for t in TALLY.values())
+        skipped = sum(t["skipped"] for t in TALLY.values())
+        per_entry = ", ".join(f"{e} {n}" for e, n in ran.items())
+        extra = "".join(f", {n} {what}" for n, what in ((failed, "fail"), (skipped, "skipped")) if n)
+        terminalreporter.write_line(f"hostile battery: {passed} of {total} cases pass ({per_entry}){extra}")

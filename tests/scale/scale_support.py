@@ -27,10 +27,6 @@ WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo li
          "south green paper table window garden summer winter market letter morning evening").split()
 
 
-# Outcome counts of the bad-input battery, printed by conftest.pytest_terminal_summary.
-TALLY = {"passed": 0, "failed": 0, "skipped": 0}
-
-
 # DeepSpeed runs compared across launchers (torchrun 2 ranks, torchrun 2 nodes, Ray Train 2 nodes).
 DS_ARGS = ["--engine", "deepspeed", "--zero-stage", "2", "--max-steps", "3", "--save-every", "3", "--log-every", "1",
            "--micro-batch-size", "4", "--lr", "1e-3", "--seed", "9"]

@@ -1,39 +1,32 @@
-"""Hostile input battery: damaged or odd input, each case run as a user would run it (a CLI subprocess).
+"""Hostile battery cases: damaged or odd input (file names, JSONL, WikiExtractor, Gutenberg, hand-edited
+manifests, GLUE files, non-models), each run as a user would run it (``bertflow ...`` or ``python -m``).
 
 Every case ends one of two ways, and the case says which:
   * counted: exit 0, the reason in the manifest (``totals.dropped`` / ``totals.files_skipped``) and in
     the end-of-run report on stderr, the documents that should survive kept (no silent merge or drop);
   * refused: exit 2 and exactly one ``bertflow: error:`` line naming the file or field, nothing in the
     output directory that looks finished.
-Never a traceback, and the user's input files are never changed. The data jobs run with
-``--engine local`` (no Ray start-up); evaluation with ``--no-use-ray``. The tally is printed at the end.
+The data jobs run with ``--engine local`` (no Ray start-up); evaluation with ``--no-use-ray``.
+Checked by hostile_check.verify, with the rest of the battery (tests/scale/test_hostile.py).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
+from hostile_check import CLI, Case
 from scale_support import REPO, base_env
 
 sys.path.insert(0, str(REPO / "tests" / "bert_core"))
 from train_helpers import write_dataset, write_vocab  # noqa: E402
-
-pytestmark = pytest.mark.slow  # ~1-2.5 min of subprocesses (no Ray, no Prefect)
-
-CLI = ["-m", "flows.cli"]
-TALLY = {"passed": 0, "failed": 0}
 
 
 def docs(tag: str) -> str:
@@ -46,15 +39,19 @@ PG = "*** START OF THE PROJECT GUTENBERG EBOOK {0} ***\n{1}\n*** END OF THE PROJ
 LICENCE = "Licence boilerplate that is not part of any book.\n"
 
 
-@dataclass
-class Case:
-    argv: list[str]
-    expect: str = ""  # refused: text of the one error line
-    out: Optional[Path] = None  # refused: must not look finished; counted: the dataset written
-    counted: Optional[tuple[str, str]] = None  # ("dropped" | "files_skipped", reason)
-    kept: Optional[int] = None  # counted/ok: documents_kept in the manifest
-    check: Optional[Callable[[Path], str]] = None  # extra check of the output: a problem, or ""
-    ok: bool = False  # exit 0 expected (counted or handled), not a refusal
+def _counted(where: str, reason: Optional[str], kept: Optional[int], extra: Optional[Callable[[Path], str]]):
+    """A run that succeeds and accounts for what it dropped: the reason counted in the manifest and in
+    the end-of-run report, the documents kept, and any further check of the output."""
+    def check(case: Case, res: dict) -> None:
+        totals = json.loads((case.out / "manifest.json").read_text())["totals"]
+        if reason:
+            assert totals[where].get(reason, 0) >= 1, f"{reason} not counted in totals.{where}: {totals[where]}"
+            assert f"{reason}=" in res["stderr"], f"{reason} not in the end-of-run report:\n{res['stderr'][-2000:]}"
+        if kept is not None:
+            assert totals["documents_kept"] == kept, f"kept {totals['documents_kept']}, want {kept}: {totals}"
+        problem = extra(case.out) if extra else ""
+        assert not problem, problem
+    return check
 
 
 def _w(p: Path, body: str | bytes) -> Path:
@@ -122,11 +119,10 @@ def build_cases(t: Path) -> dict[str, Case]:
     c: dict[str, Case] = {}
 
     def counted(name, argv, reason=None, kept=None, check=None, where="dropped"):
-        c[name] = Case([*argv, "--output-dir", str(o / name)], out=o / name, ok=True, kept=kept, check=check,
-                       counted=(where, reason) if reason else None)
+        c[name] = Case([*argv, "--output-dir", str(o / name)], rc=0, check=_counted(where, reason, kept, check))
 
     def refused(name, argv, expect, out=True):
-        c[name] = Case([*argv, *(["--output-dir", str(o / name)] if out else [])], expect, o / name if out else None)
+        c[name] = Case([*argv, *(["--output-dir", str(o / name)] if out else [])], expect)
 
     # --- file names and directory walking
     _w(i / "names" / b"bad\xffname.txt".decode("utf-8", "surrogateescape"), DOCS)
@@ -246,7 +242,7 @@ def build_dataset_cases(t: Path, c: dict[str, Case]) -> None:
         return lambda m: m["files"][0].update(rows=value)
 
     def refused(name, argv, expect, out=True):
-        c[name] = Case([*argv, *(["--output-dir", str(o / name)] if out else [])], expect, o / name if out else None)
+        c[name] = Case([*argv, *(["--output-dir", str(o / name)] if out else [])], expect)
 
     refused("instances-empty-corpus", [*inst, "--shards-dir", str(p / "empty")], "holds no documents")
     refused("instances-no-usable-tokens", [*inst, "--shards-dir", str(p / "notoken")], "no document has a token")
@@ -274,7 +270,7 @@ def build_dataset_cases(t: Path, c: dict[str, Case]) -> None:
                                ("train-model-overrides-unknown-key", {"hiden_size": 64}, "hiden_size")):
         cfg = _w(p / f"{name}.yaml", json.dumps({"data_dir": str(data), "output_dir": str(o / name), "model": "tiny",
                                                  "model_overrides": over, "max_steps": 1}))
-        c[name] = Case([*CLI, "train", "--config", str(cfg)], expect, o / name)
+        c[name] = Case([*CLI, "train", "--config", str(cfg)], expect, out=o / name)
 
     hf = _tiny_hf(p)
     _w(i / "plain_dir" / "notes.txt", "my notes\n")
@@ -302,52 +298,13 @@ def build_dataset_cases(t: Path, c: dict[str, Case]) -> None:
             "incomplete checkpoint")
 
 
-def _snapshot(d: Path) -> dict[str, str]:
-    """Every input file's content hash (links not followed): the user's files must not change."""
-    out = {}
-    for root, _, names in os.walk(d):
-        for n in names:
-            f = Path(root, n)
-            key = os.fsencode(f).hex()
-            out[key] = os.readlink(f) if f.is_symlink() else ("fifo" if not f.is_file() else
-                                                                hashlib.sha256(f.read_bytes()).hexdigest())
-    return out
-
-
-def _looks_finished(d: Optional[Path]) -> list[str]:
-    if d is None or not d.exists():
-        return []
-    return [str(x) for x in d.rglob("*") if x.name in ("manifest.json", "COMPLETE", "results.json")]
-
-
-def _run(case: Case) -> dict:
-    proc = subprocess.run([sys.executable, *case.argv], env=base_env(), cwd=REPO, capture_output=True, timeout=300)
-    err = proc.stderr.decode("utf-8", "replace")
-    return {"rc": proc.returncode, "stderr": err, "stdout": proc.stdout.decode("utf-8", "replace"),
-            "finished": _looks_finished(case.out)}
-
-
-@pytest.fixture(scope="module")
-def battery(tmp_path_factory, request):
-    t = tmp_path_factory.mktemp("hostile")
+def build(t: Path) -> dict[str, Case]:
     cases = build_cases(t)
     build_dataset_cases(t, cases)
-    before = _snapshot(t / "in")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(_run, case) for name, case in cases.items()}
-        results = {name: (cases[name], f.result()) for name, f in futures.items()}
-    request.config.pluginmanager.register(_Tally(), "hostile-input-tally")
-    yield results, before == _snapshot(t / "in")
+    return cases
 
 
-class _Tally:
-    def pytest_terminal_summary(self, terminalreporter):
-        total = sum(TALLY.values())
-        terminalreporter.write_line(f"hostile input: {TALLY['passed']} of {total} hostile cases pass "
-                                    f"({TALLY['failed']} fail)")
-
-
-CASE_IDS = [
+IDS = [
     "name-not-utf8-counted", "name-not-utf8-strict", "dir-name-not-utf8-counted", "name-with-newline",
     "symlinked-subdirectory-read", "symlink-loop-read-once", "two-links-one-file-read-once", "glob-matching-a-directory",
     "glob-matching-dir-and-its-file", "broken-symlink-in-directory", "fifo-in-directory", "glob-matching-nothing",
@@ -367,43 +324,3 @@ CASE_IDS = [
     "glue-dev-not-utf8", "eval-model-plain-directory", "eval-model-a-text-file",
     "eval-model-empty-directory", "eval-model-half-saved-checkpoint",
 ]
-
-
-def _verify(case: Case, res: dict, inputs_intact: bool) -> None:
-    err = res["stderr"]
-    assert "Traceback" not in err, err[-3000:]
-    assert inputs_intact, "an input file was changed"
-    lines = [x for x in err.splitlines() if x.startswith("bertflow: error:")]
-    if not case.ok:
-        assert res["rc"] == 2, f"exit {res['rc']}; stderr: {err[-2000:]}"
-        assert len(lines) == 1, f"{len(lines)} error lines:\n{err[-2000:]}"
-        assert case.expect in lines[0], f"{case.expect!r} not named in: {lines[0]}"
-        assert not res["finished"], f"looks finished: {res['finished']}"
-        return
-    assert res["rc"] == 0 and not lines, f"exit {res['rc']}; stderr: {err[-2000:]}"
-    totals = json.loads((case.out / "manifest.json").read_text())["totals"]
-    if case.counted:
-        where, reason = case.counted
-        assert totals[where].get(reason, 0) >= 1, f"{reason} not counted in totals.{where}: {totals[where]}"
-        assert f"{reason}=" in err, f"{reason} not in the end-of-run report:\n{err[-2000:]}"
-    if case.kept is not None:
-        assert totals["documents_kept"] == case.kept, f"kept {totals['documents_kept']}, want {case.kept}: {totals}"
-    if case.check:
-        problem = case.check(case.out)
-        assert not problem, problem
-
-
-@pytest.mark.parametrize("name", CASE_IDS)
-def test_hostile_input(name, battery):
-    results, inputs_intact = battery
-    case, res = results[name]
-    try:
-        _verify(case, res, inputs_intact)
-    except AssertionError:
-        TALLY["failed"] += 1
-        raise
-    TALLY["passed"] += 1
-
-
-def test_every_case_is_listed(battery):
-    assert sorted(battery[0]) == sorted(CASE_IDS)
