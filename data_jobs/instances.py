@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from contracts.schema import instances_schema
+from data_jobs.chunk_encode import encode_flat
 from data_jobs.instance_stats import add_counts, bin_uppers, new_stats
 from data_jobs.masking import KEEP, MASK, RANDOM, mask_batch
 from data_jobs.ragged import gather_ranges as _gather_ranges
@@ -79,21 +80,18 @@ def tokenize_flat(tokenizer, sentences: Sequence[str], sents_per_doc: Sequence[i
     (how Arrow holds them: no nested Python lists to build)."""
     n_docs = len(sents_per_doc)
     sent_doc = np.repeat(np.arange(n_docs), np.asarray(sents_per_doc, dtype=np.int64))
-    lens: list[int] = []
-    chunks: list[np.ndarray] = []
+    id_parts, lens = [], []
     for lo in range(0, len(sentences), batch_sentences):
-        encs = tokenizer.encode_batch_fast(sentences[lo:lo + batch_sentences], add_special_tokens=False)
-        ids = [e.ids for e in encs]
-        chunk_lens = list(map(len, ids))
-        lens.extend(chunk_lens)
-        chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=sum(chunk_lens)))
-    lens_S = np.asarray(lens, dtype=np.int64)
+        ids, sent_lens = encode_flat(tokenizer, sentences[lo:lo + batch_sentences])
+        id_parts.append(ids)
+        lens.append(sent_lens)
+    lens_S = np.concatenate(lens) if lens else np.zeros(0, np.int64)
     keep_S = lens_S > 0
     sent_off = np.zeros(int(keep_S.sum()) + 1, dtype=np.int64)
     np.cumsum(lens_S[keep_S], out=sent_off[1:])
     doc_off = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(np.bincount(sent_doc[keep_S], minlength=n_docs), out=doc_off[1:])
-    ids_T = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+    ids_T = np.concatenate(id_parts) if id_parts else np.zeros(0, np.int32)
     return TokenizedDocs(ids_T, sent_off, doc_off, np.asarray(doc_keys, dtype=np.int64))
 
 
@@ -131,18 +129,16 @@ def pool_sample(tokenizer, documents: Sequence[Sequence[str]], doc_keys: Sequenc
             while hi < n and chars < tail_chars:
                 chars += len(doc[hi])
                 hi += 1
-            encs = tokenizer.encode_batch_fast(list(doc[lo:hi]), add_special_tokens=False)
-            lens = [len(e.ids) for e in encs]
-            if hi == n or sum(lens[start_hi - lo:]) >= tail_tokens:
+            ids, lens_s = encode_flat(tokenizer, list(doc[lo:hi]))
+            if hi == n or int(lens_s[start_hi - lo:].sum()) >= tail_tokens:
                 break
             tail_chars *= 2
-        keep = [i for i, k in enumerate(lens) if k > 0]  # sentences without tokens are dropped
-        n_starts = sum(1 for i in keep if i < start_hi - lo)
+        kept = lens_s[lens_s > 0]  # sentences without tokens are dropped (they hold no ids)
+        n_starts = int(np.count_nonzero(lens_s[:start_hi - lo]))
         if n_starts == 0:
             continue
-        ids = np.fromiter(itertools.chain.from_iterable(encs[i].ids for i in keep), dtype=np.int32)
-        items.append(TokenizedDocs(ids, np.r_[0, np.cumsum([lens[i] for i in keep])].astype(np.int64),
-                                   np.array([0, len(keep)], np.int64), np.array([key], np.int64),
+        items.append(TokenizedDocs(ids, np.r_[0, np.cumsum(kept)].astype(np.int64),
+                                   np.array([0, len(kept)], np.int64), np.array([key], np.int64),
                                    np.array([n_starts], np.int64)))
     return concat_docs(items)
 
