@@ -311,7 +311,7 @@ def main() -> None:
             if "50mb" in parts:
                 p1_p2(b, shards50, text50, mb50, args.original_50mb_reps, "50MB", ratios)
             if "p3" in parts:
-                p3(b, shards50, max(1, reps - 1), ratios)
+                p3(b, shards50, reps, ratios)
         if "curve" in parts:
             curve(b, docs5, max(1, reps - 1), ratios)
         if "shard" in parts:

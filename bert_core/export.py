@@ -28,7 +28,15 @@ status = export_status
 
 
 def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
-    """Write the (latest) checkpoint's model as an HF directory; returns ``out_dir``."""
+    """Write the (latest) checkpoint's model as an HF directory; returns ``out_dir``. Under the
+    directory's one-writer lock (re-entrant), and refused when the directory holds files no export
+    wrote: the export replaces the whole directory, and never deletes a file it does not own."""
+    with output_lock(out_dir):
+        _refuse_foreign(Path(out_dir))
+        return _write_export(checkpoint_or_run_dir, out_dir)
+
+
+def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
     model, mc, vocab = load_model_from_checkpoint(checkpoint_or_run_dir)
     if not Path(vocab).is_file():
         raise UserError(f"{checkpoint_or_run_dir}: checkpoint has no vocab.txt to export with the weights")
@@ -80,7 +88,7 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
     return CheckpointManager(run_dir, keep_last=1).save(0, _WeightsOnly(model), state, files)
 
 
-def _export(argv: Sequence[str] | None) -> int:
+def _export_cli(argv: Sequence[str] | None) -> int:
     p = ArgParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
     p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
     p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
@@ -103,14 +111,6 @@ def _refuse_foreign(out: Path) -> None:
                         "use a new output dir")
 
 
-def export_owned(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
-    """export_checkpoint for a pipeline stage: under the directory's one-writer lock, and refused when the
-    directory holds files no export wrote (the export replaces the whole directory)."""
-    with output_lock(out_dir):
-        _refuse_foreign(Path(out_dir))
-        return export_checkpoint(checkpoint_or_run_dir, out_dir)
-
-
 def _export_locked(args) -> int:
     _refuse_foreign(Path(args.out))
     state = status(args.checkpoint, args.out)
@@ -130,7 +130,7 @@ def _import(argv: Sequence[str] | None) -> int:
 
 
 def main_export(argv: Sequence[str] | None = None) -> int:
-    return run_main(_export, argv)
+    return run_main(_export_cli, argv)
 
 
 def main_import(argv: Sequence[str] | None = None) -> int:

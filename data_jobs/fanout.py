@@ -55,6 +55,7 @@ def _guarded_call(fn: Callable, where: str, args: tuple, kwargs: dict) -> Any:
 
 def _ray_call(fn: Callable, where: str, args: tuple, keys: tuple, *values: Any) -> Any:
     # Shared values travel as top-level arguments: Ray resolves only those ObjectRefs.
+    keep_freed_memory()
     return _guarded_call(fn, where, args, dict(zip(keys, values)))
 
 
@@ -181,6 +182,7 @@ def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done
     afterwards."""
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    keep_freed_memory()
     try:
         while (i := take()) is not None:
             done(i, _guarded_call(fn, where, calls[i], shared))
@@ -193,6 +195,29 @@ def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done
 
 def _set_worker_env() -> None:
     os.environ.update(WORKER_ENV)
+    keep_freed_memory()
+
+
+_MALLOC_TUNED = False
+
+
+def keep_freed_memory() -> None:
+    """Let glibc's malloc keep freed memory for reuse in this process (idempotent; a no-op without
+    glibc). A worker allocates and frees arrays of several MB every round; by default each one is a
+    fresh mmap whose pages the kernel zeroes on first touch (83k page faults, 0.5 s of system time on
+    a 5 MB instances job with one worker; 32k and 0.27 s with this). Peak RSS grows ~5 %."""
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return
+    _MALLOC_TUNED = True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: blocks below 32 MB come from the heap
+    mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD: keep up to 256 MB of freed heap instead of returning it
 
 
 @contextmanager

@@ -11,7 +11,7 @@ without a Ray address, on local processes (``engine``, see data_jobs/fanout.py):
      therefore come from across the corpus, not only the worker's own shard, and the pool depends on
      (shards, seed) only, never on the number of workers.
   2. instances: each task tokenizes its shard once, runs ``dupe_factor`` rounds of
-     ``instances.round_table`` and writes ``part-{shard:05d}-len{upper:04d}.parquet`` files (atomic
+     ``instance_table.round_table`` and writes ``part-{shard:05d}-len{upper:04d}.parquet`` files (atomic
      rename), then a ``part-{shard:05d}.done.json`` record with their checksums and statistics.
 A rerun reuses every shard whose record matches (config, vocab, input) and whose files verify. The
 manifest is written last.
@@ -41,7 +41,9 @@ from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, ins
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 # What a local worker imports (once, in the fork server): everything process_shard touches.
-WORKER_MODULES = ["data_jobs.instances", "data_jobs.instance_stats", "pyarrow.parquet", "tokenizers", "tqdm"]
+WORKER_MODULES = [
+    "data_jobs.instances", "data_jobs.instance_table", "data_jobs.instance_stats", "pyarrow.parquet", "tokenizers", "tqdm",
+]
 POOL_WINDOW_FACTOR = 8  # pool documents longer than ~this many max_seq_lengths enter as one region
 POOL_REGION_CHARS_PER_TOKEN = 4  # regions are cut by characters, before tokenizing (~4 chars a token)
 
@@ -126,7 +128,7 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
 
     from contracts.common import atomic_path
     from data_jobs.instance_stats import merge_stats, new_stats
-    from data_jobs.instances import bin_slices, round_table
+    from data_jobs.instance_table import bin_slices, round_table
 
     stats = new_stats()
     rows: dict[int, int] = {}

@@ -115,9 +115,9 @@ def export_model(run_dir: str, out_dir: str) -> str:
     if state.done:
         return str(out_dir)
     _maybe_inject_fault("export", out_dir)
-    from bert_core.export import export_owned
+    from bert_core.export import export_checkpoint
 
-    path = export_owned(run_dir, out_dir)  # locked; never deletes a user's file in out_dir
+    path = export_checkpoint(run_dir, out_dir)  # locked; never deletes a user's file in out_dir
     log.info(f"stage export done: {path}")
     return str(path)
 

@@ -16,9 +16,9 @@ from data_jobs.instances import (
     TokenizedDocs,
     concat_docs,
     document_pairs,
-    round_table,
     truncation_counts,
 )
+from data_jobs.instance_table import round_table
 from data_jobs.masking import KEEP, MASK, RANDOM, mask_batch, num_to_predict
 
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
-from data_jobs.instances import PairParams, ShardContext, round_table, pool_sample, tokenize_documents
+from data_jobs.instance_table import round_table
+from data_jobs.instances import PairParams, ShardContext, pool_sample, tokenize_documents
 from data_jobs.tokenization import vocab_info, wordpiece_tokenizer
 from instances_helpers import book_documents, wiki_documents
 from pairing_reference import create_instances_from_document
