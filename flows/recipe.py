@@ -130,12 +130,12 @@ def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
     return {**last, "curve": curve}
 
 
-def _cross_task(plan, pipe: PipelineConfig, random_init: bool) -> dict[str, dict]:
+def _cross_task(plan, pipe: PipelineConfig, sentence_task: str, random_init: bool) -> dict[str, dict]:
     """The other sentence task's held-out set (same held-out documents, same masks' recipe), scored by the
     last checkpoint (and random init): an NSP model that cannot order two segments of one document told
     random next sentences apart by topic; a SOP model scored on NSP shows what coherence gives for free."""
     icfg, held, orch = plan.evals.get("intrinsic"), plan.heldout, pipe.orchestration
-    other = OTHER_TASK.get(pipe.phases[-1].instances.sentence_task)
+    other = OTHER_TASK.get(sentence_task)
     if other is None or icfg is None or held is None:
         return {}
     held_dir = Path(held.output_dir)
@@ -177,7 +177,7 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     glue = spec.glue.model_dump(mode="json")
     out_dir = plan.root / "compare" / f"{plan.export_dir.name}-{stable_hash(spec.model_dump(mode='json'))}"
     sentence_task = pipe.phases[-1].instances.sentence_task
-    cross = _cross_task(plan, pipe, spec.random_init)
+    cross = _cross_task(plan, pipe, sentence_task, spec.random_init)
     comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task, cross)
     md = Path(comparison["markdown"]).read_text(encoding="utf-8")
     art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),
