@@ -37,10 +37,11 @@ class ChunkEncoder:
         parts = [s.split(" ") for s in sentences]
         chunks = list(_chain(parts))
         cache = self._ids
-        missing = [c for c in set(chunks) if c not in cache]
+        distinct = set(chunks)
+        missing = [c for c in distinct if c not in cache]
         if len(cache) + len(missing) > self.max_chunks:
             cache.clear()
-            missing = list(set(chunks))
+            missing = list(distinct)
         for lo in range(0, len(missing), 16384):
             batch = missing[lo:lo + 16384]
             for chunk, enc in zip(batch, self.tokenizer.encode_batch_fast(batch, add_special_tokens=False)):

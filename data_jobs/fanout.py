@@ -44,6 +44,7 @@ class _Failed:
 
 
 def _guarded_call(fn: Callable, where: str, args: tuple, kwargs: dict) -> Any:
+    keep_freed_memory()  # every engine runs every call through here, in the worker's process
     try:
         return fn(*args, **kwargs)
     except UserError as err:
@@ -55,7 +56,6 @@ def _guarded_call(fn: Callable, where: str, args: tuple, kwargs: dict) -> Any:
 
 def _ray_call(fn: Callable, where: str, args: tuple, keys: tuple, *values: Any) -> Any:
     # Shared values travel as top-level arguments: Ray resolves only those ObjectRefs.
-    keep_freed_memory()
     return _guarded_call(fn, where, args, dict(zip(keys, values)))
 
 
@@ -182,7 +182,6 @@ def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done
     afterwards."""
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    keep_freed_memory()
     try:
         while (i := take()) is not None:
             done(i, _guarded_call(fn, where, calls[i], shared))
@@ -195,7 +194,6 @@ def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done
 
 def _set_worker_env() -> None:
     os.environ.update(WORKER_ENV)
-    keep_freed_memory()
 
 
 _MALLOC_TUNED = False
