@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,11 +14,9 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from free_ports import free_port  # noqa: E402,F401  (one port never handed out twice)
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True, two_phases: bool = False):

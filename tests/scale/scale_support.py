@@ -13,7 +13,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from free_ports import free_port  # noqa: E402,F401  (one port never handed out twice)
+
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu river stone cloud light north "
          "south green paper table window garden summer winter market letter morning evening").split()
@@ -37,12 +40,6 @@ def losses(run_dir: Path) -> list[tuple]:
     """The logged trajectory of a run (floats compared exactly by the tests)."""
     rows = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     return [tuple(r.get(k) for k in LOSS_KEYS) for r in rows]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -97,6 +94,10 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL, wait: float = 
         proc.wait(10)
 
 
+# What `ray start` prints when one of its ports is taken.
+PORT_TAKEN = ("is trying to use a port number", "already in use", "Failed to bind")
+
+
 class RayCluster:
     """A head (1 CPU, resource ``head``) and a worker node (1 CPU, resource ``worker_node``) on 127.0.0.1,
     with Ray 2.60 token authentication on (``RAY_AUTH_MODE=token``, a fresh random token)."""
@@ -130,19 +131,41 @@ class RayCluster:
         return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self) -> "RayCluster":
-        self.head = self._start([
-            "--head", f"--port={self.port}", '--resources={"head": 1}', f"--temp-dir={self.tmp / 'h'}",
-            "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={free_port()}"], "head")
-        self._wait_log(self.head, "head")
+        def head_args() -> list[str]:
+            return ["--head", f"--port={self.port}", '--resources={"head": 1}', f"--temp-dir={self.tmp / 'h'}",
+                    "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={free_port()}"]
+
+        def fresh_head_ports() -> None:
+            self.port, self.dashboard_port = free_port(), free_port()
+            self.address = f"127.0.0.1:{self.port}"
+
+        self.head = self._start_node(head_args, "head", fresh_head_ports)
         self.start_worker()
         return self
 
     def start_worker(self) -> None:
-        self.worker = self._start([f"--address={self.address}", '--resources={"worker_node": 1}',
-                                   f"--temp-dir={self.tmp / 'w'}"], "worker")
-        self._wait_log(self.worker, "worker")
+        self.worker = self._start_node(lambda: [f"--address={self.address}", '--resources={"worker_node": 1}',
+                                                f"--temp-dir={self.tmp / 'w'}"], "worker")
         self.wait_nodes(2, self.worker)
+
+    def _start_node(self, args, name: str, on_retry=None) -> subprocess.Popen:
+        """`ray start` one node and wait for it. A port taken by another process between being chosen and
+        being bound (a shared CI machine) makes Ray exit at once: that start is retried with fresh ports,
+        at most twice; any other failure is raised with the logs."""
+        for attempt in range(3):
+            proc = self._start(args(), name)
+            try:
+                self._wait_log(proc, name)
+                return proc
+            except RuntimeError:
+                text = (self.root / f"{name}.log").read_text(errors="replace")
+                if attempt == 2 or not any(m in text for m in PORT_TAKEN):
+                    raise
+                kill_group(proc, signal.SIGKILL)
+                if on_retry is not None:
+                    on_retry()
+        raise AssertionError("unreachable")
 
     def _wait_log(self, proc: subprocess.Popen, name: str, timeout: float = 90) -> None:
         """`ray start --block` prints "Ray runtime started." once the node is up: cheaper than a driver."""
