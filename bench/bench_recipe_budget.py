@@ -1,4 +1,4 @@
-"""Step rates behind the cpu-mini recipe's budget (docs/recipe.md): pretraining steps of the tiny and mini
+"""Step rates behind the cpu-tiny recipe's budget (docs/recipe.md): pretraining steps of the tiny and mini
 presets (seq 128 and seq 512) and GLUE fine-tuning steps (batch 32) of mini and of MiniLM's shape
 (6 layers, hidden 384), on this machine. Variants alternate round by round (the machine is shared);
 the figure is the median seconds per step over rounds.

@@ -14,7 +14,7 @@ and the reverse: the topic-shortcut check), runs the comparison (GLUE grid per r
 report (markdown with the plot inlined) as a Prefect artifact; files land in
 ``<output_root>/compare/<run>-<hash>/comparison.{md,png,json}``.
 
-    bertflow recipe --config recipes/cpu-mini.yaml [--smoke] [--sentence-task nsp|sop|none] [--output-root DIR]
+    bertflow recipe --config recipes/cpu-tiny.yaml [--smoke] [--sentence-task nsp|sop|none] [--output-root DIR]
                     [--print-config]
 """
 from __future__ import annotations
@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bertflow recipe",
         description="Run a recipe (pipeline + comparison against random init and MiniLM) as a Prefect flow.",
     )
-    p.add_argument("--config", required=True, help="RecipeConfig YAML, e.g. recipes/cpu-mini.yaml")
+    p.add_argument("--config", required=True, help="RecipeConfig YAML, e.g. recipes/cpu-tiny.yaml")
     p.add_argument("--smoke", action="store_true", help="apply the recipe's smoke overlay (~1 minute)")
     p.add_argument("--output-root", help="override output_root (every output lands under it)")
     p.add_argument("--sentence-task", choices=["nsp", "sop", "none"], help="override every phase's sentence task")
