@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from free_ports import free_port  # noqa: E402,F401  (one port never handed out twice)
 
 
-
 def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True, two_phases: bool = False):
     """A pipeline that runs in seconds: a small real corpus, a small vocab, the tiny model."""
     from flows.config import PipelineConfig
