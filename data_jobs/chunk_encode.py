@@ -19,40 +19,65 @@ from typing import Sequence
 
 import numpy as np
 
+from data_jobs.ragged import gather_ranges
+
 _chain = itertools.chain.from_iterable
 
 
 class ChunkEncoder:
     """A BERT WordPiece tokenizer (``data_jobs.tokenization.wordpiece_tokenizer``: BertNormalizer and
     BertPreTokenizer, nothing else) with a cache of the ids of every space-separated chunk it has seen.
-    ``max_chunks`` bounds the cache (it is emptied when full), so memory stays flat on any corpus."""
+    ``max_chunks`` bounds the cache (it is emptied when full), so memory stays flat on any corpus.
+
+    The cache is flat: ``_ids`` maps a chunk to its row, and row r's ids are
+    ``_flat[_start[r]:_start[r] + _len[r]]``, so a batch of sentences becomes one dictionary look-up per
+    chunk and one numpy gather. New chunks are encoded as the words of pre-tokenized sequences (each word
+    is normalized and pre-tokenized on its own, exactly as a chunk encoded alone), whose ``word_ids`` say
+    which tokens belong to which chunk."""
 
     def __init__(self, tokenizer, max_chunks: int = 100_000) -> None:
         self.tokenizer = tokenizer
         self.max_chunks = max_chunks
-        self._ids: dict[str, list[int]] = {}
+        self._clear()
+
+    def _clear(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._start = np.zeros(0, dtype=np.int64)
+        self._len = np.zeros(0, dtype=np.int64)
+        self._flat = np.zeros(0, dtype=np.int32)
+
+    def _add(self, chunks: list[str], words_per_sequence: int = 4096) -> None:
+        batches = [chunks[lo:lo + words_per_sequence] for lo in range(0, len(chunks), words_per_sequence)]
+        encs = self.tokenizer.encode_batch(batches, is_pretokenized=True, add_special_tokens=False)
+        flats, lens = [self._flat], [self._len]
+        for batch, enc in zip(batches, encs):
+            flats.append(np.array(enc.ids, dtype=np.int32))
+            lens.append(np.bincount(np.array(enc.word_ids, dtype=np.int64), minlength=len(batch)))
+        new_lens = np.concatenate(lens[1:])
+        starts = np.zeros(len(new_lens), dtype=np.int64)
+        np.cumsum(new_lens[:-1], out=starts[1:])
+        self._start = np.concatenate([self._start, starts + len(self._flat)])
+        self._len, self._flat = np.concatenate(lens), np.concatenate(flats)
+        self._ids.update(zip(chunks, range(len(self._ids), len(self._ids) + len(chunks))))
 
     def encode_flat(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(ids of all sentences one after the other as int32, number of ids per sentence as int64)."""
-        parts = [s.split(" ") for s in sentences]
-        chunks = list(_chain(parts))
-        cache = self._ids
-        distinct = set(chunks)
-        missing = [c for c in distinct if c not in cache]
-        if len(cache) + len(missing) > self.max_chunks:
-            cache.clear()
-            missing = list(distinct)
-        for lo in range(0, len(missing), 16384):
-            batch = missing[lo:lo + 16384]
-            for chunk, enc in zip(batch, self.tokenizer.encode_batch_fast(batch, add_special_tokens=False)):
-                cache[chunk] = enc.ids
-        seqs = list(map(cache.__getitem__, chunks))
-        chunk_lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        ids = np.fromiter(_chain(seqs), dtype=np.int32, count=int(chunk_lens.sum()))
-        if not parts:
-            return ids, np.zeros(0, dtype=np.int64)
-        first = np.zeros(len(parts), dtype=np.int64)  # every sentence has >= 1 chunk ("".split(" ") == [""])
-        np.cumsum(np.fromiter(map(len, parts[:-1]), dtype=np.int64, count=len(parts) - 1), out=first[1:])
+        if not len(sentences):
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        chunks = " ".join(sentences).split(" ")  # every sentence has >= 1 chunk ("".split(" ") == [""])
+        chunks_S = np.fromiter(map(str.count, sentences, itertools.repeat(" ")), dtype=np.int64,
+                               count=len(sentences)) + 1
+        missing = set(chunks).difference(self._ids)
+        if len(self._ids) + len(missing) > self.max_chunks:
+            self._clear()
+            missing = set(chunks)
+        if missing:
+            self._add(list(missing))
+        rows = np.fromiter(map(self._ids.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+        chunk_lens = self._len[rows]
+        ids = self._flat[gather_ranges(self._start[rows], chunk_lens)]
+        first = np.zeros(len(sentences), dtype=np.int64)
+        np.cumsum(chunks_S[:-1], out=first[1:])
         return ids, np.add.reduceat(chunk_lens, first)
 
 
