@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 
@@ -119,6 +118,8 @@ def build_config(model: type[M], data: dict[str, Any], source: str = "config") -
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML mapping, with one-line errors for a missing file or bad YAML."""
+    import yaml  # here: a CLI given only flags does not pay its import
+
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: config file not found")
