@@ -14,8 +14,8 @@ text file (one a line, blank line between documents), ours reads them as Parquet
   P2  ours / bare `tokenizers` encode_batch_fast of the same sentences on the same cores.  target <= 1.5x
       (wall, and CPU: our whole tree against the encode call's own CPU time)
   start-up: `bertflow data instances` on a tiny input (wall and CPU of the whole tree)
-  P3  2 workers vs 1 worker on ~50 MB (target >= 1.8x); wall and peak RSS for 1x, 2x, 4x, 8x the 5 MB
-      set (target: wall linear, memory flat)
+  P3  2 workers vs 1 worker on ~50 MB (target >= 1.8x; 5 interleaved pairs, --p3-reps); wall and peak
+      RSS for 1x, 2x, 4x, 8x the 5 MB set (target: wall linear, memory flat)
   shard job: MB/s per CPU-second with each splitter vs reading the same files with no splitting
 
 The original needs Google's file (not part of this repository); install it once with
@@ -215,6 +215,8 @@ def p3(b: Bench, shards: Path, reps: int, ratios: dict) -> None:
     n = got["1 worker"][-1].instances
     say(f"  1 vs 2 workers byte-identical: {same}; 1 worker: {n / med([r.cpu_s for r in got['1 worker']]):,.0f} "
         f"instances per CPU-second of the whole tree (the per-core rate docs/scaling.md uses)")
+    pairs = [a.wall_s / w.wall_s for a, w in zip(got["1 worker"], got["2 workers"])]
+    say("  per repetition, 1-worker wall / 2-worker wall: " + ", ".join(f"{x:.2f}" for x in pairs))
     ratios["P3: 1-worker wall / 2-worker wall (50 MB)"] = (
         med([r.wall_s for r in got["1 worker"]]) / med([r.wall_s for r in got["2 workers"]]), ">= 1.8")
 
@@ -269,6 +271,9 @@ def main() -> None:
     ap.add_argument("--original-venv", default="/tmp/bert-original")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each small measurement")
     ap.add_argument("--original-50mb-reps", type=int, default=1, help="runs of the original at ~50 MB (slow)")
+    ap.add_argument("--p3-reps", type=int, default=5,
+                    help="interleaved 1-worker/2-worker pairs at ~50 MB (the ratio moves with the host's speed: "
+                         "identical runs took 25.6 to 29.6 CPU-s in one session)")
     ap.add_argument("--quick", action="store_true", help="1 repetition, no 50 MB, no 8x (a smoke run)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)} "
                     "(e.g. --parts startup,5mb: the quick ones)")
@@ -311,7 +316,7 @@ def main() -> None:
             if "50mb" in parts:
                 p1_p2(b, shards50, text50, mb50, args.original_50mb_reps, "50MB", ratios)
             if "p3" in parts:
-                p3(b, shards50, reps, ratios)
+                p3(b, shards50, 1 if args.quick else args.p3_reps, ratios)
         if "curve" in parts:
             curve(b, docs5, max(1, reps - 1), ratios)
         if "shard" in parts:

@@ -35,9 +35,10 @@ class ChunkEncoder:
     is normalized and pre-tokenized on its own, exactly as a chunk encoded alone), whose ``word_ids`` say
     which tokens belong to which chunk."""
 
-    def __init__(self, tokenizer, max_chunks: int = 100_000) -> None:
+    def __init__(self, tokenizer, max_chunks: int = 100_000, words_per_sequence: int = 4096) -> None:
         self.tokenizer = tokenizer
         self.max_chunks = max_chunks
+        self.words_per_sequence = words_per_sequence  # new chunks per pre-tokenized sequence
         self._clear()
 
     def _clear(self) -> None:
@@ -46,8 +47,9 @@ class ChunkEncoder:
         self._len = np.zeros(0, dtype=np.int64)
         self._flat = np.zeros(0, dtype=np.int32)
 
-    def _add(self, chunks: list[str], words_per_sequence: int = 4096) -> None:
-        batches = [chunks[lo:lo + words_per_sequence] for lo in range(0, len(chunks), words_per_sequence)]
+    def _add(self, chunks: list[str]) -> None:
+        n = self.words_per_sequence
+        batches = [chunks[lo:lo + n] for lo in range(0, len(chunks), n)]
         encs = self.tokenizer.encode_batch(batches, is_pretokenized=True, add_special_tokens=False)
         flats, lens = [self._flat], [self._len]
         for batch, enc in zip(batches, encs):

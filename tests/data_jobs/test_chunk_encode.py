@@ -4,6 +4,9 @@ BERT vocabs (cased and uncased)."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,8 @@ import pytest
 from data_jobs.chunk_encode import ChunkEncoder, encode_flat
 from data_jobs.tokenization import wordpiece_tokenizer
 from instances_helpers import write_tiny_vocab
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Pieces that stress what could cross a space: combining marks (two combining classes, so NFD
 # reorders them), controls and odd whitespace that the normalizer drops or maps, CJK that it spaces
@@ -56,6 +61,14 @@ def test_a_small_cache_empties_and_stays_exact(tmp_path):
     _assert_same(tok, _fuzz_sentences(500, seed=3), max_chunks=50)
 
 
+def test_new_chunks_split_over_many_sequences_stay_exact(tmp_path):
+    """New chunks are encoded as the words of pre-tokenized sequences: many short ones here, so chunk
+    boundaries fall at every sequence edge (and chunks that make no ids, e.g. "" or a lone control)."""
+    tok = wordpiece_tokenizer(write_tiny_vocab(tmp_path / "v.txt", ["the", "cat", "un", "##aff", "##able", "e"]),
+                              True)
+    _assert_same(tok, _fuzz_sentences(800, seed=5), words_per_sequence=7, max_chunks=300)
+
+
 def test_empty_input(tmp_path):
     tok = wordpiece_tokenizer(write_tiny_vocab(tmp_path / "v.txt", ["the"]), True)
     ids, lens = encode_flat(ChunkEncoder(tok), [])
@@ -74,3 +87,12 @@ def test_real_vocab_on_the_shared_corpus(shared_data, vocab_name, lowercase):
         sentences += path.read_text(encoding="utf-8").splitlines()[:2000]
     assert len(sentences) > 5000
     _assert_same(tok, sentences + _fuzz_sentences(1000, seed=11))
+
+
+def test_the_benchmark_runs_and_checks_the_ids(shared_data):
+    """bench/bench_chunk_encode.py (docs/data-instances.md quotes it) on one small book: it compares the
+    cache's ids with the tokenizer's at every repetition and exits non-zero when they differ."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench_chunk_encode.py"), "--shared-data",
+                           str(shared_data), "--mb", "0.2", "--reps", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ids identical" in proc.stdout and "bare / warm" in proc.stdout
