@@ -242,7 +242,7 @@ def p3(b: Bench, shards: Path, reps: int, ratios: dict) -> None:
         + ", ".join(f"{2 * a.wall_s / x:.2f}" for a, x in zip(got["1 worker"], side)))
     one_w = med([r.wall_s for r in got["1 worker"]])
     p3_ratio = one_w / med([r.wall_s for r in got["2 workers"]])
-    ceiling = 2 * one_w / med([r["seconds"] for r in got["two 1-worker jobs side by side"]])
+    ceiling = 2 * one_w / med(side)
     ratios["P3: 1-worker wall / 2-worker wall (50 MB)"] = (p3_ratio, ">= 1.8")
     ratios["P3 ceiling on this host: 2 x 1-worker wall / wall of two 1-worker jobs side by side"] = (ceiling, "")
     ratios["P3 / its ceiling (how much of what the host gives 2 workers gets used)"] = (p3_ratio / ceiling, "")
