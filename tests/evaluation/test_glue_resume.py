@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evaluation.cells import CELLS_DIR, cell_key
+from evaluation.cells import CELLS_DIR, cell_key, legacy_cell_key
 from evaluation.config import GlueConfig
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
@@ -54,3 +54,45 @@ def test_rerun_runs_only_the_missing_cell(tiny_hf, shared_data, tmp_path, monkey
     third = glue_eval.run_glue(cfg.model_copy(update={"max_train_examples": 12}))
     assert third["cells"]["reused"] == 0 and len(third["cells"]["ran"]) == 8
     json.loads((tmp_path / "results.json").read_text())  # the report of the last call is whole
+
+
+def test_a_grown_grid_reuses_its_cells_and_reads_legacy_names(tiny_hf, shared_data, tmp_path, monkeypatch):
+    """Adding a seed, an lr or a task runs only the new cells; a cell written under the legacy name (the
+    grid's shape in its hash) is read back and copied to its current name, never run again."""
+    from evaluation import glue_eval
+
+    base = dict(TINY, tasks=["RTE"], learning_rates=[5e-5], seeds=[1])
+    cfg = GlueConfig(model_path=str(tiny_hf), glue_dir=str(shared_data / "glue"), output_dir=str(tmp_path), **base)
+    first = glue_eval.run_glue(cfg)
+    assert len(first["cells"]["ran"]) == 1
+    ran = []
+    real_job = glue_eval.glue_job
+
+    def counting_job(cfg_data, task, lr, seed, *rest):
+        ran.append((task, lr, seed))
+        return real_job(cfg_data, task, lr, seed, *rest)
+
+    monkeypatch.setattr(glue_eval, "glue_job", counting_job)
+    grown = cfg.model_copy(update={"seeds": [1, 2], "learning_rates": [5e-5, 2e-5], "tasks": ["RTE", "SST-2"]})
+    second = glue_eval.run_glue(grown)
+    assert ("RTE", 5e-5, 1) not in ran and len(ran) == 7 and second["cells"]["reused"] == 1
+    by_seed = {(r["task"], r["lr"], r["seed"]): r["metrics"] for r in second["runs"]}
+    assert by_seed[("RTE", 5e-5, 1)] == first["runs"][0]["metrics"]
+
+    # a cell written by the code before this change: its file bears the legacy name of its own grid
+    legacy_dir = tmp_path / "legacy"
+    old_cfg = cfg.model_copy(update={"output_dir": str(legacy_dir)})
+    data = old_cfg.model_dump(mode="json")
+    legacy = legacy_cell_key(data, "RTE", 5e-5, 1)
+    current = cell_key(data, "RTE", 5e-5, 1)
+    assert legacy != current
+    (legacy_dir / CELLS_DIR).mkdir(parents=True)
+    cell = json.loads((tmp_path / CELLS_DIR / f"{current}.json").read_text())
+    (legacy_dir / CELLS_DIR / f"{legacy}.json").write_text(json.dumps({"key": legacy, "result": cell["result"]}))
+    ran.clear()
+    third = glue_eval.run_glue(old_cfg)
+    assert ran == [] and third["cells"] == {"ran": [], "reused": 1}
+    assert set(_cells(legacy_dir)) == {legacy, current}  # copied to its current name, the old file kept
+    ran.clear()
+    fourth = glue_eval.run_glue(old_cfg.model_copy(update={"seeds": [1, 2]}))  # found by its current name now
+    assert ran == [("RTE", 5e-5, 2)] and fourth["cells"]["reused"] == 1
