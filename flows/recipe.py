@@ -153,6 +153,18 @@ def _cross_task(plan, pipe: PipelineConfig, sentence_task: str, random_init: boo
     return scored
 
 
+def compare_dir(root: Path, export_name: str, spec: ComparisonSpec) -> Path:
+    """``<root>/compare/<export>-<hash of the budget>``. The grid's lists (tasks, lrs, seeds, MiniLM's
+    seeds) are not in the hash: a grid grown by a seed or an lr lands in the same directory and runs
+    only its new cells. A directory named by the whole spec (before this rule) is kept where it exists."""
+    data = spec.model_dump(mode="json")
+    legacy = root / "compare" / f"{export_name}-{stable_hash(data)}"
+    budget = {**data, "minilm_seeds": None,
+              "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}}
+    current = root / "compare" / f"{export_name}-{stable_hash(budget)}"
+    return legacy if legacy.is_dir() and not current.exists() else current
+
+
 @flow(name="recipe", log_prints=True)
 def recipe(config: RecipeConfig) -> dict[str, Any]:
     """pretraining-pipeline, then the random-init row's held-out scores, then the comparison report."""
@@ -175,7 +187,7 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
                      **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     glue = spec.glue.model_dump(mode="json")
-    out_dir = plan.root / "compare" / f"{plan.export_dir.name}-{stable_hash(spec.model_dump(mode='json'))}"
+    out_dir = compare_dir(plan.root, plan.export_dir.name, spec)
     sentence_task = pipe.phases[-1].instances.sentence_task
     cross = _cross_task(plan, pipe, sentence_task, spec.random_init)
     comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task, cross)

@@ -85,6 +85,23 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert [r["cells_ran"] for r in again["rows"]] == [0, 0, 0]
     assert [r["tasks"] for r in again["rows"]] == [r["tasks"] for r in comp["rows"]]
 
+    # A grid grown by a seed lands in the same directory and runs only the new seed's cells.
+    import yaml
+
+    data = yaml.safe_load(RECIPE.read_text())
+    data["smoke"]["comparison"]["glue"]["seeds"] = [1, 2, 3]
+    grown_recipe = smoke_run.parent / f"{smoke_run.name}-grown.yaml"
+    grown_recipe.write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(REPO)
+    from flows.recipe import main
+
+    assert main(["--config", str(grown_recipe), "--smoke", "--output-root", str(smoke_run)]) == 0
+    capsys.readouterr()
+    [same] = list((smoke_run / "compare").glob("*/comparison.json"))
+    grown = json.loads(same.read_text())
+    assert same == report and [r["cells_ran"] for r in grown["rows"]] == [5, 5, 0]  # MiniLM: minilm_seeds [1]
+    assert [r["seeds"] for r in grown["rows"]] == [[1, 2, 3], [1, 2, 3], [1]]
+
 
 @pytest.mark.parametrize("edit, message", [
     ({"comparison": None}, "comparison.glue.glue_dir: Field required"),  # the smoke overlay gives the rest
@@ -137,3 +154,24 @@ def test_sentence_task_variant_lands_in_its_own_directories(monkeypatch, capsys)
     assert nsp.shard.output_dir == sop.shard.output_dir  # shared documents
     assert nsp.export_dir != sop.export_dir and set(nsp.instances) == set(sop.instances)
     assert all(nsp.instances[k].output_dir != sop.instances[k].output_dir for k in nsp.instances)
+
+
+def test_compare_dir_ignores_the_grid_lists_and_keeps_a_legacy_directory(tmp_path):
+    import yaml
+
+    from contracts.common import stable_hash
+    from flows.recipe import ComparisonSpec, compare_dir
+
+    spec = ComparisonSpec.model_validate(yaml.safe_load(RECIPE.read_text())["comparison"])
+    here = compare_dir(tmp_path, "seq512-x", spec)
+    grown = spec.model_copy(update={"minilm_seeds": [1, 2], "glue": spec.glue.model_copy(
+        update={"seeds": [1, 2, 3], "learning_rates": [3e-4, 5e-5], "tasks": ["SST-2"]})})
+    assert compare_dir(tmp_path, "seq512-x", grown) == here
+    other_budget = spec.model_copy(update={"glue": spec.glue.model_copy(update={"epochs": 2.0})})
+    assert compare_dir(tmp_path, "seq512-x", other_budget) != here
+    # a run made before the rule named its directory by the whole spec: it keeps that directory
+    legacy = tmp_path / "compare" / f"seq512-x-{stable_hash(spec.model_dump(mode='json'))}"
+    legacy.mkdir(parents=True)
+    assert legacy != here and compare_dir(tmp_path, "seq512-x", spec) == legacy
+    here.mkdir()  # once the current name exists, it wins
+    assert compare_dir(tmp_path, "seq512-x", spec) == here
