@@ -59,6 +59,10 @@ class FinetuneOptions(StrictModel):
     max_seq_length: int = Field(128, ge=8, description="tokens per example incl. [CLS]/[SEP]")
     max_train_examples: Optional[int] = Field(None, ge=1, description="use only the first N training examples")
     max_eval_examples: Optional[int] = Field(None, ge=1, description="score only the first N dev examples")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: autocast the forward passes (fp32 weights, optimizer and loss); CPUs with "
+        "AVX-512-BF16 and GPUs"
+    )
 
     @field_validator("learning_rates")
     @classmethod
@@ -66,6 +70,12 @@ class FinetuneOptions(StrictModel):
         if any(lr <= 0 for lr in v):
             raise ValueError("learning rates must be positive")
         return v
+
+    def config_hash(self) -> str:
+        """StrictModel's rule, minus the options added after fine-tuning configs were first hashed while they
+        keep their defaults: the stage records and pipeline directory names of older configs stay valid."""
+        data = self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields))
+        return stable_hash(without_later_defaults(data))
 
 
 class GlueConfig(EvalBase, FinetuneOptions):
@@ -94,17 +104,11 @@ class GlueConfig(EvalBase, FinetuneOptions):
             raise ValueError("predict_only fine-tunes nothing, so there is no model to save (save_models: none)")
         return self
 
-    def config_hash(self) -> str:
-        """StrictModel's rule, minus the options added after GLUE configs were first hashed while they keep
-        their defaults: the stage record and pipeline directory names of older configs stay valid."""
-        data = self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields))
-        return stable_hash(without_later_defaults(data))
 
-
-# Options added to GlueConfig after results and resumable cells were first keyed by its fields. Left at
+# Options added to the fine-tuning configs after results and resumable cells were first keyed by its fields. Left at
 # these defaults they are dropped from every hash (config_hash, evaluation.cells.cell_key), so an older
 # config keeps its stage record, its pipeline directory and its finished cells.
-LATER_DEFAULTS = {"save_models": "none", "predict_only": False}
+LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32"}
 
 
 def without_later_defaults(data: dict) -> dict:

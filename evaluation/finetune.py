@@ -10,6 +10,7 @@ Legend: N examples, B batch, S sequence length.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Callable, Optional
@@ -34,6 +35,14 @@ def trim_batch(batch: Batch) -> Batch:
 
 def _take(data: Batch, idx: torch.Tensor, device: torch.device) -> Batch:
     return {k: v.to(device) for k, v in trim_batch({k: v[idx] for k, v in data.items()}).items()}
+
+
+def autocast(precision: str, device: torch.device):
+    """The forward passes' context: bf16 autocast (weights, gradients, optimizer state and the losses stay
+    fp32: ``bert_core.losses`` casts logits up) or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -83,7 +92,8 @@ def fit(
     batches = _shuffled_batches(n, opts.batch_size, gen)
     for step in tqdm(range(steps), desc=f"fine-tune lr={lr:g} seed={seed}", disable=not progress, leave=False):
         idx = next(batches)
-        loss = loss_fn(model, _take(data, idx, device))
+        with autocast(opts.precision, device):
+            loss = loss_fn(model, _take(data, idx, device))
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss became {loss.item()} at step {step} (lr {lr:g} too high?)")
         opt.zero_grad(set_to_none=True)
@@ -103,6 +113,7 @@ def predict(
     forward_fn: Callable[[torch.nn.Module, Batch], torch.Tensor | tuple],
     batch_size: int,
     device: torch.device,
+    precision: str = "fp32",
 ) -> list[torch.Tensor]:
     """Run ``forward_fn`` over ``data`` in order; returns the outputs per batch on the CPU (a tuple of
     outputs becomes a list of tuples). Batches are trimmed, so [B, S] outputs differ in S."""
@@ -110,7 +121,8 @@ def predict(
     n = len(next(iter(data.values())))
     outs = []
     for lo in range(0, n, batch_size):
-        out = forward_fn(model, _take(data, torch.arange(lo, min(n, lo + batch_size)), device))
+        with autocast(precision, device):
+            out = forward_fn(model, _take(data, torch.arange(lo, min(n, lo + batch_size)), device))
         outs.append(tuple(o.float().cpu() for o in out) if isinstance(out, tuple) else out.float().cpu())
     return outs
 

@@ -67,7 +67,7 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[
     for name, path in dev_paths.items():
         examples = glue.read_examples(spec, path, cfg.max_eval_examples)
         preds = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
-                                cfg.eval_batch_size, device)
+                                cfg.eval_batch_size, device, cfg.precision)
         metrics = glue_metrics(name, preds, [e.label for e in examples])
         runs.append({"task": spec.name, "eval": name, "lr": lr, "seed": seed, "metrics": metrics,
                      "n_train": len(train["input_ids"]), "n_eval": len(examples), **stats})
@@ -76,7 +76,7 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[
         for name, path in test_paths.items():
             examples = glue.read_test_examples(spec, path, cfg.max_eval_examples)
             test_preds[name] = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
-                                               cfg.eval_batch_size, device)
+                                               cfg.eval_batch_size, device, cfg.precision)
     if save_to:
         record = {**_record(cfg, spec, lr, seed, runs), "cell": Path(save_to).stem}  # cells/<key>.model
         save_finetuned(model, model_config, vocab, save_to, record, cfg.lowercase)

@@ -37,9 +37,9 @@ def encode(tok, examples, max_len: int, with_labels: bool) -> dict:
     return data
 
 
-def predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device) -> list:
+def predict_labels(model, data, spec: glue.TaskSpec, batch_size: int, device, precision: str = "fp32") -> list:
     """Class ids (argmax), or the raw regression scores (STS-B), in example order."""
-    logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device))
+    logits_NC = torch.cat(predict(model, data, lambda m, b: m(**forward_inputs(b)), batch_size, device, precision))
     if spec.labels is None:
         return [float(x) for x in logits_NC.squeeze(-1)]
     return [int(x) for x in logits_NC.argmax(-1)]
@@ -103,14 +103,15 @@ def predict_job(cfg_data: dict) -> dict:
     runs = []
     for name, path in devs.items():
         examples = glue.read_examples(spec, path, cfg.max_eval_examples)
-        preds = predict_labels(model, encode(tok, examples, max_len, False), spec, cfg.eval_batch_size, device)
+        preds = predict_labels(model, encode(tok, examples, max_len, False), spec, cfg.eval_batch_size, device,
+                               cfg.precision)
         runs.append({"task": spec.name, "eval": name, "lr": record["lr"], "seed": record["seed"],
                      "metrics": glue_metrics(name, preds, [e.label for e in examples]), "n_eval": len(examples)})
     test_preds = {}
     for name, path in tests.items():
         examples = glue.read_test_examples(spec, path, cfg.max_eval_examples)
         test_preds[name] = predict_labels(model, encode(tok, examples, max_len, False), spec, cfg.eval_batch_size,
-                                          device)
+                                          device, cfg.precision)
     return {"runs": runs, "test_predictions": test_preds}
 
 

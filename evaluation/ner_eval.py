@@ -47,7 +47,8 @@ def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, devic
     stats = fit(model, train_data, lambda m, b: token_classification_loss(m(**forward_inputs(b)), b["labels"]),
                 cfg, lr, seed, device, progress=_progress(cfg))
     eval_data, first = ner.encode_sentences(tok, scored, labels, cfg.max_seq_length)
-    outs = predict(model, eval_data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device)
+    outs = predict(model, eval_data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device,
+                   cfg.precision)
     return ner.tags_from_token_logits([row for o in outs for row in o], first, labels), stats
 
 
@@ -70,7 +71,7 @@ def _feature_based(cfg: NerConfig, lr: float, seed: int, train, scored, labels, 
     stats = fit(tagger, splits[0], loss_fn, cfg, lr, seed, device, progress=_progress(cfg),
                 epochs=cfg.feature_epochs)
     outs = predict(tagger, splits[1], lambda m, b: m(b["features"], b["attention_mask"]), cfg.eval_batch_size,
-                   device)
+                   device, cfg.precision)
     logits = [row for o in outs for row in o]
     identity = [list(range(len(s.words))) for s in scored]  # word w sits at position w
     return ner.tags_from_token_logits(logits, identity, labels), stats

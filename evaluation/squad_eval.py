@@ -58,7 +58,7 @@ def squad_job(cfg_data: dict, lr: float, seed: int) -> dict:
     stats = fit(model, train, loss_fn, cfg, lr, seed, device, progress=_progress(cfg))
     eval_examples = squad.examples_of(eval_data)
     data, windows = squad.make_features(tok, eval_examples, *feats, training=False)
-    outs = predict(model, data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device)
+    outs = predict(model, data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device, cfg.precision)
     starts = [row for s_BS, _ in outs for row in s_BS]
     ends = [row for _, e_BS in outs for row in e_BS]
     preds = squad.decode_predictions(eval_examples, windows, starts, ends, cfg.max_answer_length)

@@ -60,3 +60,52 @@ def test_fit_is_deterministic_per_seed_and_learns():
     logits = torch.cat(predict(model, _data(), lambda m, b: m(b["input_ids"], b["attention_mask"]), 16,
                                torch.device("cpu")))
     assert (logits.argmax(-1) == _data()["labels"]).float().mean() > 0.9
+
+
+class Recorder(Toy):
+    """Toy that records the dtype its linear layer computes in."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
+
+    def forward(self, input_ids, attention_mask):
+        out = super().forward(input_ids, attention_mask)
+        self.dtypes.append(out.dtype)
+        return out
+
+
+def test_bf16_autocasts_the_forward_passes_and_keeps_fp32_weights():
+    opts = FinetuneOptions(batch_size=8, epochs=8, warmup_proportion=0.1, precision="bf16")
+    loss = lambda m, b: torch.nn.functional.cross_entropy(m(b["input_ids"], b["attention_mask"]).float(), b["labels"])
+    torch.manual_seed(0)
+    model = Recorder()
+    fit(model, _data(), loss, opts, 5e-2, 1, torch.device("cpu"))
+    assert set(model.dtypes) == {torch.bfloat16}  # every training forward ran under autocast
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    model.dtypes.clear()
+    logits = torch.cat(predict(model, _data(), lambda m, b: m(b["input_ids"], b["attention_mask"]), 16,
+                               torch.device("cpu"), "bf16"))
+    assert set(model.dtypes) == {torch.bfloat16} and logits.dtype == torch.float32
+    assert (logits.argmax(-1) == _data()["labels"]).float().mean() > 0.9  # it still learns
+    model.dtypes.clear()
+    predict(model, _data(), lambda m, b: m(b["input_ids"], b["attention_mask"]), 16, torch.device("cpu"))
+    assert set(model.dtypes) == {torch.float32}  # the default is fp32
+
+
+def test_precision_left_at_fp32_keeps_older_configs_hashes_and_cells():
+    from contracts.common import stable_hash
+    from evaluation.cells import cell_key
+    from evaluation.config import GlueConfig, SquadConfig
+
+    base = dict(model_path="m", glue_dir="g", output_dir="o")
+    cfg = GlueConfig(**base)
+    data = cfg.model_dump(mode="json")
+    older = {k: v for k, v in data.items() if k != "precision"}  # a config written before the option
+    assert cell_key(data, "SST-2", 5e-5, 1) == cell_key(older, "SST-2", 5e-5, 1)
+    bf16 = GlueConfig(**base, precision="bf16")
+    assert cell_key(bf16.model_dump(mode="json"), "SST-2", 5e-5, 1) != cell_key(data, "SST-2", 5e-5, 1)
+    assert bf16.config_hash() != cfg.config_hash()
+    squad = SquadConfig(model_path="m", dev_file="d", output_dir="o")
+    dump = squad.model_dump(mode="json", exclude=set(squad.run_fields | squad.input_fields) | {"precision"})
+    assert squad.config_hash() == stable_hash(dump)  # the hash SQuAD had before the option
