@@ -91,7 +91,8 @@ def compare_models(
             "glue_average": _glue_average(res),
             "held_out": _held_out(intrinsic.get(row["name"])),
             "cross_held_out": dict(cross[row["name"]]) if row["name"] in cross else None,
-            "curve": (intrinsic.get(row["name"]) or {}).get("curve", []),
+            # A random init has no pretraining steps: its one held-out score is a level, not a curve.
+            "curve": [] if cfg.random_init else (intrinsic.get(row["name"]) or {}).get("curve", []),
         })
     g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
     comparison = {
@@ -182,7 +183,7 @@ def plot_comparison(c: Mapping, path: Path) -> None:
         if r["curve"]:
             ax2.plot([p["step"] for p in r["curve"]], [100 * p["mlm_acc"] for p in r["curve"]], "o-", label=r["name"])
         elif r["held_out"]:
-            ax2.axhline(100 * r["held_out"]["mlm_acc"], linestyle="--", label=r["name"], color="gray")
+            ax2.axhline(100 * r["held_out"]["mlm_acc"], linestyle="--", label=r["name"], color=f"C{rows.index(r)}")
     ax2.set_xlabel("pretraining step")
     ax2.set_ylabel("held-out MLM accuracy x100")
     if ax2.get_legend_handles_labels()[0]:

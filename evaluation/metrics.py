@@ -37,6 +37,11 @@ def glue_metrics(task: str, preds: Sequence, labels: Sequence) -> dict[str, floa
         raise ValueError(f"{task}: {len(preds)} predictions for {len(labels)} labels")
     if task == "STS-B":
         p, y = np.asarray(preds, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+        if np.ptp(p) == 0 or np.ptp(y) == 0:
+            # A regressor that collapsed to one value carries no ranking: correlation 0 (scipy would give
+            # NaN, which would poison the lr choice and every average), as sklearn's MCC does for a
+            # constant classifier.
+            return {"pearson": 0.0, "spearman": 0.0}
         return {"pearson": float(pearsonr(p, y)[0]), "spearman": float(spearmanr(p, y)[0])}
     out = {"accuracy": float(accuracy_score(labels, preds))}
     if task == "CoLA":

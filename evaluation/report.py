@@ -34,7 +34,9 @@ def summarize(runs: Sequence[Mapping], primary: Mapping[str, str], select_on: Ma
         chooser = select_on.get(name, name)
         metric = primary[chooser]
         grid = {lr: _mean_std([r["metrics"][metric] for r in rs]) for lr, rs in by_eval[chooser].items()}
-        best_lr = max(grid, key=lambda lr: grid[lr]["mean"])  # max keeps the first of equal means
+        # max keeps the first of equal means; a NaN mean (a cell written before constant predictions
+        # scored 0) never wins over a number
+        best_lr = max(grid, key=lambda lr: grid[lr]["mean"] if np.isfinite(grid[lr]["mean"]) else -np.inf)
         best_runs = by_lr[best_lr]
         metric_names = sorted(best_runs[0]["metrics"])
         out[name] = {

@@ -38,3 +38,11 @@ def test_summarize_picks_lr_on_mean_over_seeds_and_mnli_mm_follows_m():
     assert out["MNLI-mm"]["best_lr"] == 2e-5 and out["MNLI-mm"]["mean"] == pytest.approx(0.65)
     md = markdown_report({"evaluation": "glue", "model_path": "m", "tasks": out})
     assert "| MNLI-m | accuracy | 2e-05 | 0.7700 ± 0.0141 | 2 |" in md
+
+
+def test_summarize_never_chooses_a_nan_learning_rate():
+    # A cell written before constant STS-B predictions scored 0 holds NaN; the first lr of the grid must
+    # not win by default over a finite score.
+    runs = [_run("STS-B", "STS-B", 1e-4, 1, float("nan")), _run("STS-B", "STS-B", 3e-4, 1, 0.05)]
+    out = summarize(runs, {"STS-B": "accuracy"}, {})
+    assert out["STS-B"]["best_lr"] == 3e-4 and out["STS-B"]["mean"] == pytest.approx(0.05)

@@ -78,3 +78,10 @@ def test_ner_entity_level_by_hand():
     # a partially matched span counts as wrong at entity level
     assert M.ner_metrics([["B-PER", "I-PER"]], [["B-PER", "O"]])["f1"] == 0.0
     assert not math.isnan(M.ner_metrics([["O"]], [["O"]])["f1"])
+
+
+def test_constant_sts_b_predictions_score_zero_not_nan():
+    # A regressor that collapsed to one value (seen: a random-init BERT-tiny on STS-B after one epoch).
+    y = [0.0, 1.5, 3.0, 5.0]
+    assert M.glue_metrics("STS-B", [2.5] * 4, y) == {"pearson": 0.0, "spearman": 0.0}
+    assert M.glue_metrics("STS-B", [1.0, 2.0, 3.0, 4.0], [2.0] * 4) == {"pearson": 0.0, "spearman": 0.0}

@@ -58,6 +58,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
         assert 0 <= row["held_out"]["mlm_acc"] <= 1 and 0 <= row["held_out"]["nsp_acc"] <= 1
         assert row["held_out"]["mlm_count"] == pre["held_out"]["mlm_count"] > 0
     assert mini["held_out"] is None and not mini["curve"]
+    assert not rnd["curve"]  # a random init is one held-out level, not a curve over pretraining steps
     # The topic-shortcut check: both mini rows scored on SOP pairs of the same held-out documents.
     for row in (pre, rnd):
         assert row["cross_held_out"]["task"] == "sop" and 0 <= row["cross_held_out"]["acc"] <= 1
@@ -73,6 +74,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
     assert "held-out SOP acc (not trained on)" in md and lines[2].endswith("| n/a | n/a | n/a |")
+    assert "Intrinsic curve of pretrained" in md and "Intrinsic curve of random init" not in md
     assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[KEY_COMPARISON])))
