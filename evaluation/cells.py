@@ -7,7 +7,8 @@ The hash covers everything that changes a cell's result: the task, the learning 
 the config minus the settings that only say where or how jobs run (output directory, Ray address,
 progress bars, cpus/gpus per task), minus the grid's shape (the lists of tasks, learning rates and
 seeds say which cells exist, not what one computes: a grid extended by a seed, an lr or a task reuses
-every cell it already has), and minus the options added later while they hold their defaults
+every cell it already has; ``task_epochs`` enters as the one task's epochs), and minus the options added
+later while they hold their defaults
 (``evaluation.config.LATER_DEFAULTS``: an older config keeps its cells). A changed config therefore
 never reuses a stale cell; a cell file that does not parse (a half-written file cannot exist, but a
 damaged one can) is run again.
@@ -36,6 +37,10 @@ _GRID_SHAPE = ("tasks", "learning_rates", "seeds")
 def _key(cfg_data: dict, task: str, lr: float, seed: int, leave_out: tuple[str, ...]) -> str:
     # Options added later are left out at their defaults: an older config keeps its finished cells.
     identity = without_later_defaults({k: v for k, v in cfg_data.items() if k not in leave_out})
+    if identity.get("task_epochs"):
+        # A cell computes its task's epochs, not the grid's table of them: {epochs: 3, task_epochs: {SST-2: 1}}
+        # and {epochs: 1} give the same SST-2 cell.
+        identity["epochs"] = identity.pop("task_epochs").get(task, identity.get("epochs"))
     return f"{task}-{stable_hash({'config': identity, 'task': task, 'lr': lr, 'seed': seed})}"
 
 

@@ -97,8 +97,9 @@ def compare_models(
     g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
     comparison = {
         "rows": table, "sentence_task": sentence_task,
-        "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "batch_size", "epochs", "max_steps",
-                                              "max_train_examples", "max_eval_examples", "max_seq_length")},
+        "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "batch_size", "epochs", "task_epochs",
+                                              "max_steps", "max_train_examples", "max_eval_examples",
+                                              "max_seq_length", "precision")},
     }
     write_json_atomic(out / "comparison.json", comparison)
     plot_comparison(comparison, out / "comparison.png")
@@ -123,7 +124,10 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
     lines = [
         "# Pretrained vs random init vs MiniLM", "",
         f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}, batch "
-        f"{b['batch_size']}, {b['epochs']} epochs" + (f" (max {b['max_steps']} steps)" if b["max_steps"] else "")
+        f"{b['batch_size']}, {b['epochs']} epochs"
+        + "".join(f" ({t}: {e})" for t, e in (b.get("task_epochs") or {}).items())
+        + (f" (max {b['max_steps']} steps)" if b["max_steps"] else "")
+        + (f", {b['precision']} autocast" if b.get("precision", "fp32") != "fp32" else "")
         + f", train examples per task: {b['max_train_examples'] or 'all'}, dev examples: "
         f"{b['max_eval_examples'] or 'all'}, seq {b['max_seq_length']}.",
         "Dev metric x100 (CoLA: MCC, MRPC: F1, STS-B: Spearman, others: accuracy), mean ± sample std over "

@@ -87,6 +87,10 @@ class GlueConfig(EvalBase, FinetuneOptions):
     glue_dir: str = Field(..., description="directory holding one folder per task (SST-2/train.tsv, ...)")
     tasks: list[str] = Field(default_factory=lambda: ["SST-2"], min_length=1, description=f"any of {GLUE_TASKS}")
     write_test_predictions: bool = Field(True, description="write GLUE submission TSVs for tasks with test.tsv")
+    task_epochs: dict[str, float] = Field(
+        default_factory=dict, description="epochs for the tasks named, overriding epochs (e.g. SST-2: 1 gives its "
+        "67k examples one pass while the small tasks get the paper's 3)"
+    )
     save_models: Literal["none", "best", "all"] = Field(
         "none", description="keep fine-tuned models as Hugging Face directories under <output_dir>/models: best = "
         "the run the test predictions come from (chosen lr, best-dev seed), all = every (task, lr, seed)"
@@ -95,6 +99,24 @@ class GlueConfig(EvalBase, FinetuneOptions):
         False, description="model_path is a model saved by save_models: fine-tune nothing, predict test.tsv and "
         "score the dev files that exist (train.tsv is not needed)"
     )
+
+    @field_validator("task_epochs")
+    @classmethod
+    def _task_epochs(cls, v: dict[str, float]) -> dict[str, float]:
+        names = {t.replace("-", "").lower(): t for t in GLUE_TASKS}
+        out = {}
+        for task, epochs in v.items():
+            name = names.get(str(task).replace("-", "").lower())
+            if name is None:
+                raise ValueError(f"unknown GLUE task {task!r}; choose from {', '.join(GLUE_TASKS)}")
+            if not epochs > 0:
+                raise ValueError(f"{task}: epochs must be positive, got {epochs}")
+            out[name] = float(epochs)
+        return out
+
+    def epochs_of(self, task: str) -> float:
+        """The epochs ``task`` trains for: its task_epochs entry, else ``epochs``."""
+        return self.task_epochs.get(task, self.epochs)
 
     @model_validator(mode="after")
     def _predict_alone(self) -> "GlueConfig":
@@ -108,7 +130,7 @@ class GlueConfig(EvalBase, FinetuneOptions):
 # Options added to the fine-tuning configs after results and resumable cells were first keyed by its fields. Left at
 # these defaults they are dropped from every hash (config_hash, evaluation.cells.cell_key), so an older
 # config keeps its stage record, its pipeline directory and its finished cells.
-LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32"}
+LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32", "task_epochs": {}}
 
 
 def without_later_defaults(data: dict) -> dict:

@@ -61,8 +61,9 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[
     device = job_device(cfg)
     train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
     seed_all(seed)
+    opts = cfg.model_copy(update={"epochs": cfg.epochs_of(spec.name)})
     stats = fit(model, train, lambda m, b: classification_loss(m(**forward_inputs(b)), b["labels"]),
-                cfg, lr, seed, device, progress=_progress(cfg))
+                opts, lr, seed, device, progress=_progress(cfg))
     runs = []
     for name, path in dev_paths.items():
         examples = glue.read_examples(spec, path, cfg.max_eval_examples)

@@ -96,3 +96,28 @@ def test_a_grown_grid_reuses_its_cells_and_reads_legacy_names(tiny_hf, shared_da
     ran.clear()
     fourth = glue_eval.run_glue(old_cfg.model_copy(update={"seeds": [1, 2]}))  # found by its current name now
     assert ran == [("RTE", 5e-5, 2)] and fourth["cells"]["reused"] == 1
+
+
+def test_task_epochs_override_one_task_and_share_its_cells(tiny_hf, shared_data, tmp_path):
+    """{epochs: 3, task_epochs: {SST-2: 1}}: SST-2 trains one pass, RTE three; the SST-2 cell is the very
+    cell of a grid run at epochs 1 (same key, reused), the RTE cell the one of epochs 3."""
+    from evaluation import glue_eval
+
+    base = dict(TINY, tasks=["SST-2", "RTE"], learning_rates=[5e-5], seeds=[1], max_steps=None)
+    paths = dict(model_path=str(tiny_hf), glue_dir=str(shared_data / "glue"), output_dir=str(tmp_path))
+    cfg = GlueConfig(**paths, **base, epochs=3, task_epochs={"sst2": 1})  # task names as get_task reads them
+    assert cfg.task_epochs == {"SST-2": 1.0} and cfg.epochs_of("SST-2") == 1 and cfg.epochs_of("RTE") == 3
+    res = glue_eval.run_glue(cfg)
+    steps = {r["task"]: r["steps"] for r in res["runs"]}
+    assert steps == {"SST-2": 2, "RTE": 6}  # 8 examples in batches of 4: 2 steps an epoch
+    data = cfg.model_dump(mode="json")
+    one = GlueConfig(**paths, **base, epochs=1).model_dump(mode="json")
+    three = GlueConfig(**paths, **base, epochs=3).model_dump(mode="json")
+    assert cell_key(data, "SST-2", 5e-5, 1) == cell_key(one, "SST-2", 5e-5, 1) != cell_key(three, "SST-2", 5e-5, 1)
+    assert cell_key(data, "RTE", 5e-5, 1) == cell_key(three, "RTE", 5e-5, 1)
+    again = glue_eval.run_glue(GlueConfig(**paths, **dict(base, tasks=["SST-2"]), epochs=1))
+    assert again["cells"] == {"ran": [], "reused": 1}
+    with pytest.raises(ValueError, match="unknown GLUE task 'SST'"):
+        GlueConfig(**paths, task_epochs={"SST": 1})
+    with pytest.raises(ValueError, match="epochs must be positive"):
+        GlueConfig(**paths, task_epochs={"RTE": 0})
