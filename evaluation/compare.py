@@ -60,10 +60,11 @@ def _held_out(intrinsic: Optional[Mapping]) -> Optional[dict[str, Any]]:
 
 def row_config(glue: Mapping[str, Any], row: Mapping[str, Any], output_dir: str | Path) -> GlueConfig:
     """One row's GLUE config: the shared grid, the row's model, and the row's own overrides (``row["glue"]``,
-    e.g. fewer seeds for a costly reference row); its cells live in ``<output_dir>/glue-<row slug>``."""
+    e.g. fewer seeds for a costly reference row); its cells live in ``<output_dir>/glue-<row slug>``, or in
+    ``row["glue_dir"]`` (a reference row shared by several comparisons: its cells are computed once)."""
     return GlueConfig.model_validate({**glue, **row.get("glue", {}), "model_path": str(row["model_path"]),
                                       "random_init": bool(row.get("random_init", False)),
-                                      "output_dir": str(Path(output_dir) / f"glue-{slug(row['name'])}")})
+                                      "output_dir": str(row.get("glue_dir") or Path(output_dir) / f"glue-{slug(row['name'])}")})
 
 
 def compare_models(

@@ -157,12 +157,28 @@ def compare_dir(root: Path, export_name: str, spec: ComparisonSpec) -> Path:
     """``<root>/compare/<export>-<hash of the budget>``. The grid's lists (tasks, lrs, seeds, MiniLM's
     seeds) are not in the hash: a grid grown by a seed or an lr lands in the same directory and runs
     only its new cells. A directory named by the whole spec (before this rule) is kept where it exists."""
-    data = spec.model_dump(mode="json")
-    legacy = root / "compare" / f"{export_name}-{stable_hash(data)}"
-    budget = {**data, "minilm_seeds": None,
-              "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}}
-    current = root / "compare" / f"{export_name}-{stable_hash(budget)}"
+    legacy = root / "compare" / f"{export_name}-{stable_hash(spec.model_dump(mode='json'))}"
+    current = root / "compare" / f"{export_name}-{budget_hash(spec)}"
     return legacy if legacy.is_dir() and not current.exists() else current
+
+
+def budget_hash(spec: ComparisonSpec) -> str:
+    """The comparison's hash without the grid's lists (tasks, lrs, seeds, MiniLM's seeds): its budget."""
+    data = spec.model_dump(mode="json")
+    return stable_hash({**data, "minilm_seeds": None,
+                        "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}})
+
+
+def minilm_glue_dir(root: Path, out_dir: Path, spec: ComparisonSpec) -> Path:
+    """MiniLM's cells do not depend on what this pipeline pretrained: they live beside the comparisons,
+    ``<root>/compare/minilm-<hash of the budget>``, so the sentence-task variants and a re-pretrained model
+    reuse them. A MiniLM row already inside ``out_dir`` (made before this rule) stays where it is."""
+    from evaluation.compare import slug
+
+    inside = out_dir / f"glue-{slug(MINILM)}"
+    if inside.is_dir():
+        return inside
+    return root / "compare" / f"minilm-{budget_hash(spec)}"
 
 
 @flow(name="recipe", log_prints=True)
@@ -183,11 +199,12 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
             rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
                                            "output_dir": str(out.with_name(out.name + "-random-init"))})
             intrinsic[RANDOM] = evaluate_task("intrinsic", rcfg)
-    if minilm is not None:
-        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
-                     **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     glue = spec.glue.model_dump(mode="json")
     out_dir = compare_dir(plan.root, plan.export_dir.name, spec)
+    if minilm is not None:
+        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
+                     "glue_dir": str(minilm_glue_dir(plan.root, out_dir, spec)),
+                     **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     sentence_task = pipe.phases[-1].instances.sentence_task
     cross = _cross_task(plan, pipe, sentence_task, spec.random_init)
     comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task, cross)
