@@ -1,29 +1,40 @@
-"""Step rates behind the cpu-tiny recipe's budget (docs/recipe.md): pretraining steps of the tiny and mini
-presets (seq 128 and seq 512) and GLUE fine-tuning steps (batch 32) of mini and of MiniLM's shape
-(6 layers, hidden 384), on this machine. Variants alternate round by round (the machine is shared);
-the figure is the median seconds per step over rounds.
+"""Step costs behind the cpu-tiny recipe's budget (docs/recipe.md): its pretraining step (BERT-tiny,
+2 x 128, batch 32 x seq 128, 20 masked positions) and GLUE fine-tuning steps (batch 32, seq 40: SST-2's
+batches after trimming) of BERT-tiny and of MiniLM's shape (6 x 384), each under four settings:
+fp32 or bf16 autocast, on 1 thread or on all of ``--threads``.
 
-    .venv/bin/python bench/bench_recipe_budget.py [--rounds 3] [--steps 2] [--threads 2]
+The baseline is what the recipe ran with before (fp32, 1 thread); every other setting is printed as a
+ratio of the baseline's seconds per step. Settings alternate step by step within each round and rounds
+repeat (the machine is shared), so a load spike hits all settings alike; the figure is the median.
+
+    .venv/bin/python bench/bench_recipe_budget.py [--rounds 5] [--steps 3] [--threads 2] [--quick]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bert_core.config import ModelConfig, preset  # noqa: E402
+from bert_core.config import ModelConfig  # noqa: E402
 from bert_core.heads import BertForSequenceClassification  # noqa: E402
-from bert_core.losses import pretraining_loss  # noqa: E402
+from bert_core.losses import classification_loss, pretraining_loss  # noqa: E402
 from bert_core.model import BertForPreTraining, flat_positions  # noqa: E402
 
 VOCAB = 30522  # the recipe adopts bert-base-uncased's vocab
+TINY = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)  # the recipe's
 MINILM = dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536)
+
+
+def _config(shape: dict) -> ModelConfig:
+    return ModelConfig(**shape, vocab_size=VOCAB)
 
 
 def _ids(B: int, S: int):
@@ -32,8 +43,12 @@ def _ids(B: int, S: int):
     return ids_BS, torch.zeros(B, S, dtype=torch.long), torch.ones(B, S, dtype=torch.long)
 
 
-def pretrain_step(config: ModelConfig, B: int, S: int, P: int):
-    model = BertForPreTraining(config)
+def _autocast(precision: str):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def pretrain_step(shape: dict, B: int, S: int, P: int) -> Callable[[str], None]:
+    model = BertForPreTraining(_config(shape))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids_BS, types_BS, mask_BS = _ids(B, S)
     pos_BP = torch.stack([torch.randperm(S - 1)[:P] + 1 for _ in range(B)]).sort(1).values
@@ -41,59 +56,66 @@ def pretrain_step(config: ModelConfig, B: int, S: int, P: int):
     flat_M = flat_positions(pos_BP, torch.ones_like(pos_BP, dtype=torch.bool), S)
     nsp_B = torch.randint(0, 2, (B,))
 
-    def step():
-        out = model(ids_BS, types_BS, mask_BS, flat_M)
-        loss = pretraining_loss(out.mlm_logits, out.nsp_logits_B2, labels_M, nsp_B).loss
+    def step(precision: str) -> None:
+        with _autocast(precision):  # as bert_core.engine.TorchEngine runs a step
+            out = model(ids_BS, types_BS, mask_BS, flat_M)
+            loss = pretraining_loss(out.mlm_logits, out.nsp_logits_B2, labels_M, nsp_B).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
     return step
 
 
-def finetune_step(config: ModelConfig, B: int, S: int):
-    model = BertForSequenceClassification(config, num_labels=2)
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
+def finetune_step(shape: dict, B: int, S: int) -> Callable[[str], None]:
+    model = BertForSequenceClassification(_config(shape), num_labels=2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids_BS, types_BS, mask_BS = _ids(B, S)
     y_B = torch.randint(0, 2, (B,))
 
-    def step():
-        logits = model(input_ids=ids_BS, token_type_ids=types_BS, attention_mask=mask_BS)
-        loss = torch.nn.functional.cross_entropy(logits, y_B)
+    def step(precision: str) -> None:
+        with _autocast(precision):  # as evaluation.finetune.fit runs a step
+            loss = classification_loss(model(input_ids=ids_BS, token_type_ids=types_BS, attention_mask=mask_BS), y_B)
         opt.zero_grad()
         loss.backward()
         opt.step()
     return step
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
-    torch.set_num_threads(a.threads)
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=3, help="steps per setting per round")
+    p.add_argument("--threads", type=int, default=2, help="the 'all threads' settings (the recipe's: the cores)")
+    p.add_argument("--quick", action="store_true", help="BERT-tiny shapes only, 1 round of 1 step (a smoke run)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.rounds, a.steps = 1, 1
     torch.manual_seed(0)
-    variants = {
-        "pretrain tiny  B32 S128": pretrain_step(preset("tiny", vocab_size=VOCAB), 32, 128, 20),
-        "pretrain mini  B32 S128": pretrain_step(preset("mini", vocab_size=VOCAB), 32, 128, 20),
-        "pretrain mini  B8  S512": pretrain_step(preset("mini", vocab_size=VOCAB), 8, 512, 80),
-        "finetune mini  B32 S64": finetune_step(preset("mini", vocab_size=VOCAB), 32, 64),
-        "finetune MiniLM B32 S64": finetune_step(preset("mini", **MINILM, vocab_size=VOCAB), 32, 64),
-    }
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for name, fn in variants.items():  # warm-up: allocator, first-call overheads
-        fn()
-        print(f"  warmed {name}", flush=True)
-    for _ in range(a.rounds):
-        for name, fn in variants.items():
-            t0 = time.perf_counter()
-            for _ in range(a.steps):
-                fn()
-            times[name].append((time.perf_counter() - t0) / a.steps)
-            print(f"  {name}: {times[name][-1]:.3f} s/step", flush=True)
-    for name, ts in times.items():
-        s = statistics.median(ts)
-        print(f"{name}: {s:.3f} s/step  ({1 / s:.2f} steps/s; rounds {[round(t, 3) for t in ts]})")
+    workloads = {"pretrain BERT-tiny B32 S128": pretrain_step(TINY, 32, 128, 20),
+                 "finetune BERT-tiny B32 S40": finetune_step(TINY, 32, 40)}
+    if not a.quick:
+        workloads["finetune MiniLM    B32 S40"] = finetune_step(MINILM, 32, 40)
+    settings = [("fp32", 1), ("fp32", a.threads), ("bf16", 1), ("bf16", a.threads)]
+    times = {(w, s): [] for w in workloads for s in settings}
+    for w, fn in workloads.items():  # warm-up: allocator, oneDNN primitives, first-call overheads
+        for prec, threads in settings:
+            torch.set_num_threads(threads)
+            fn(prec)
+    for r in range(a.rounds):
+        for _ in range(a.steps):
+            for w, fn in workloads.items():
+                for prec, threads in settings:
+                    torch.set_num_threads(threads)
+                    t0 = time.perf_counter()
+                    fn(prec)
+                    times[(w, (prec, threads))].append(time.perf_counter() - t0)
+        print(f"  round {r + 1}/{a.rounds} done", flush=True)
+    print(f"\nmedian seconds per step over {a.rounds} rounds x {a.steps} steps; ratio = baseline (fp32, 1 thread) / setting")
+    for w in workloads:
+        base = statistics.median(times[(w, settings[0])])
+        for prec, threads in settings:
+            s = statistics.median(times[(w, (prec, threads))])
+            print(f"{w}  {prec} {threads} thread{'s' if threads > 1 else ' '}: {s:.3f} s/step  {base / s:.2f}x")
 
 
 if __name__ == "__main__":
