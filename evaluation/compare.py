@@ -87,7 +87,7 @@ def compare_models(
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
             "seeds": list(cfg.seeds),
             "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
-            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds")}
+            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds", "by_lr")}
                       for t, v in res["tasks"].items()},
             "glue_average": _glue_average(res),
             "held_out": _held_out(intrinsic.get(row["name"])),
@@ -113,6 +113,12 @@ def _pm(v: Optional[Mapping]) -> str:
     if v is None or v.get("mean") is None or not np.isfinite(v["mean"]):
         return "n/a"
     return f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}"
+
+
+def _gain(a: Optional[Mapping], b: Optional[Mapping]) -> str:
+    if not a or not b or not np.isfinite(a["mean"]) or not np.isfinite(b["mean"]):
+        return "n/a"
+    return f"{100 * (a['mean'] - b['mean']):+.1f}"
 
 
 def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
@@ -147,8 +153,25 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         x = r.get("cross_held_out")
         cross = (f" {100 * x['acc']:.1f} |" if x and x["count"] else " n/a |") if other else ""
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} | {nsp} |" + cross)
+    for r in rows:  # the gain over the floor: each random-init row against the pretrained row of its model
+        p = next((q for q in rows if not q["random_init"] and q["model_path"] == r["model_path"]), None)
+        if r["random_init"] and p is not None:
+            gains = [_gain(p["tasks"].get(t), r["tasks"].get(t)) for t in tasks]
+            lines.append(f"| {p['name']} − {r['name']} | " + " | ".join(gains)
+                         + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * (2 + bool(other)))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
+    lrs = list(b["learning_rates"])
+    if len(lrs) > 1:
+        lines += ["Mean dev metric x100 over seeds at every learning rate of the grid (the table above takes the "
+                  "best on dev):", "", "| model | lr | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+        for r in rows:
+            for lr in lrs:
+                vals = [(r["tasks"].get(t) or {}).get("by_lr", {}).get(f"{lr:g}") for t in tasks]
+                if any(vals):
+                    lines.append(f"| {r['name']} | {lr:g} | " + " | ".join(
+                        f"{100 * v['mean']:.1f}" if v else "–" for v in vals) + " |")
+        lines.append("")
     if other:
         lines += [f"Held-out {other} acc: the same sentence head scored on {other} pairs made from the same held-out "
                   "documents (label 0: B is A's continuation in order). NSP pairs can be told apart by topic; "

@@ -72,7 +72,12 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert pre["held_out"]["mlm_acc"] == pre["curve"][-1]["mlm_acc"]
     md = (report.parent / "comparison.md").read_text()
     lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
+    [gain] = [ln for ln in lines if " − " in ln]  # pretrained minus random init, per task and on the average
+    lines.remove(gain)
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
+    want = [pre["tasks"][t]["mean"] - rnd["tasks"][t]["mean"] for t in tasks]
+    want.append(pre["glue_average"]["mean"] - rnd["glue_average"]["mean"])
+    assert gain.split("|")[2:8] == [f" {100 * d:+.1f} " for d in want], gain
     assert "held-out SOP acc (not trained on)" in md and lines[2].endswith("| n/a | n/a | n/a |")
     assert "Intrinsic curve of pretrained" in md and "Intrinsic curve of random init" not in md
     assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"

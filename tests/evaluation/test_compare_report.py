@@ -1,0 +1,38 @@
+"""The comparison report's tables from a comparison dict: the gain of the pretrained row over its random
+init, and the per-learning-rate table that shows how the choice of lr moved each row."""
+from __future__ import annotations
+
+from evaluation.compare import comparison_markdown
+
+
+def _row(name, random_init, sst2, rte, by_lr):
+    tasks = {"SST-2": {"metric": "accuracy", "mean": sst2, "std": 0.01, "best_lr": 3e-4, "seeds": [1, 2],
+                       "by_lr": {"0.0003": {"mean": sst2, "std": 0.0}, "0.0001": {"mean": by_lr, "std": 0.0}}},
+             "RTE": {"metric": "accuracy", "mean": rte, "std": 0.0, "best_lr": 3e-4, "seeds": [1, 2],
+                     "by_lr": {"0.0003": {"mean": rte, "std": 0.0}}}}
+    return {"name": name, "model_path": "/m" if name != "ref" else "/ref", "random_init": random_init,
+            "seeds": [1, 2], "tasks": tasks, "glue_average": {"mean": (sst2 + rte) / 2, "std": 0.0},
+            "held_out": None, "cross_held_out": None, "curve": []}
+
+
+def test_gain_line_and_per_lr_table():
+    c = {"rows": [_row("pre", False, 0.81, 0.55, 0.79), _row("rnd", True, 0.80, 0.50, 0.803),
+                  _row("ref", False, 0.90, 0.60, 0.88)],
+         "sentence_task": "nsp",
+         "budget": {"tasks": ["SST-2", "RTE"], "learning_rates": [3e-4, 1e-4], "seeds": [1, 2], "batch_size": 32,
+                    "epochs": 3.0, "task_epochs": {"SST-2": 1.0}, "max_steps": None, "max_train_examples": None,
+                    "max_eval_examples": None, "max_seq_length": 128, "precision": "bf16"}}
+    md = comparison_markdown(c)
+    assert "3.0 epochs (SST-2: 1.0)" in md and "bf16 autocast" in md
+    assert "| pre − rnd | +1.0 | +5.0 | +3.0 | | |" in md  # one gain line: the reference row has no random init
+    assert md.count(" − ") == 1
+    assert "| pre | 0.0001 | 79.0 | – |" in md and "| rnd | 0.0003 | 80.0 | 50.0 |" in md
+    assert "| ref | 0.0001 | 88.0 | – |" in md
+
+
+def test_one_learning_rate_has_no_per_lr_table():
+    c = {"rows": [_row("pre", False, 0.81, 0.55, 0.79)], "sentence_task": "nsp",
+         "budget": {"tasks": ["SST-2"], "learning_rates": [3e-4], "seeds": [1], "batch_size": 32, "epochs": 1.0,
+                    "max_steps": None, "max_train_examples": None, "max_eval_examples": None, "max_seq_length": 128}}
+    md = comparison_markdown(c)
+    assert "at every learning rate" not in md and " − " not in md and "autocast" not in md
