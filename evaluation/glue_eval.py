@@ -20,7 +20,7 @@ from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError
 from evaluation import glue
-from evaluation.cells import cell_job, cell_key, model_dir, split_grid
+from evaluation.cells import cell_inputs, cell_job, cell_key, model_dir, split_grid
 from evaluation.config import GlueConfig
 from evaluation.finetune import fit, forward_inputs
 from evaluation.finetuned import RECORD, read_record, replace_dir, save_finetuned
@@ -95,8 +95,9 @@ def _record(cfg: GlueConfig, spec: glue.TaskSpec, lr: float, seed: int, runs: li
     }
 
 
-def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
-    """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab."""
+def _check_inputs(cfg: GlueConfig) -> tuple[list[glue.TaskSpec], dict[str, dict]]:
+    """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab.
+    Returns the task specs and each task's cell inputs (``evaluation.cells.cell_inputs``)."""
     specs = [glue.get_task(t) for t in cfg.tasks]
     for spec in specs:
         train, devs, tests = _task_files(cfg, spec)
@@ -105,9 +106,9 @@ def _check_inputs(cfg: GlueConfig) -> list[glue.TaskSpec]:
         # Test files too: a malformed test row must stop the run before the first fine-tune, not after.
         for p in tests.values() if cfg.write_test_predictions else []:
             glue.read_test_examples(spec, p)
-    _, _, vocab = load_pretrained(cfg)
-    resolve_vocab(cfg, vocab)
-    return specs
+    _, model_config, vocab = load_pretrained(cfg)
+    vocab = resolve_vocab(cfg, vocab)
+    return specs, {s.name: cell_inputs(cfg, model_config, vocab, s.name) for s in specs}
 
 
 def _best_run(spec: glue.TaskSpec, summary: dict, jobs: list[dict]) -> int:
@@ -162,14 +163,14 @@ def run_glue(cfg: GlueConfig) -> dict:
     With ``predict_only``: predictions and dev scores of a kept fine-tuned model instead."""
     if cfg.predict_only:
         return predict_glue(cfg)
-    specs = _check_inputs(cfg)
+    specs, inputs = _check_inputs(cfg)
     grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds]
     cfg_data = cfg.model_dump(mode="json")
-    keys = [cell_key(cfg_data, *g) for g in grid]  # of the config as given: paths as the user wrote them
+    keys = [cell_key(cfg_data, *g, inputs[g[0]]) for g in grid]  # by content: see evaluation.cells
     save = cfg.save_models != "none"
     out = Path(cfg.output_dir).resolve()  # jobs get absolute paths (glue_predict.job_data)
     # Resumable: cells finished by an earlier (killed) run are read back; only the missing ones run.
-    done, missing = split_grid(out, cfg_data, grid)
+    done, missing = split_grid(out, keys)
     fresh = run_jobs(cell_job, [(glue_job, str(path), key, job_data(cfg), *grid[i],
                                  str(model_dir(out, key)) if save else None) for i, key, path in missing],
                      cfg, desc="GLUE fine-tuning")

@@ -169,16 +169,17 @@ def budget_hash(spec: ComparisonSpec) -> str:
                         "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}})
 
 
-def minilm_glue_dir(root: Path, out_dir: Path, spec: ComparisonSpec) -> Path:
-    """MiniLM's cells do not depend on what this pipeline pretrained: they live beside the comparisons,
-    ``<root>/compare/minilm-<hash of the budget>``, so the sentence-task variants and a re-pretrained model
-    reuse them. A MiniLM row already inside ``out_dir`` (made before this rule) stays where it is."""
+def reference_glue_dir(root: Path, out_dir: Path, spec: ComparisonSpec, row: str) -> Path:
+    """Where a reference row's GLUE cells live: beside the comparisons, ``<root>/compare/<row>-<hash of the
+    budget>``, shared by every comparison of that budget. Their cells are keyed by content (MiniLM's
+    weights; a random init's shape and vocab), so the sentence-task variants and a re-pretrained model of
+    the same shape reuse them. A row directory already inside ``out_dir`` (made before this rule) stays."""
     from evaluation.compare import slug
 
-    inside = out_dir / f"glue-{slug(MINILM)}"
+    inside = out_dir / f"glue-{slug(row)}"
     if inside.is_dir():
         return inside
-    return root / "compare" / f"minilm-{budget_hash(spec)}"
+    return root / "compare" / f"{'minilm' if row == MINILM else slug(row)}-{budget_hash(spec)}"
 
 
 @flow(name="recipe", log_prints=True)
@@ -191,19 +192,20 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     result = pretraining_pipeline(pipe)
     rows = [{"name": PRETRAINED, "model_path": str(plan.export_dir), "random_init": False}]
     intrinsic = {PRETRAINED: _whole_curve(plan, result["eval"].get("intrinsic"))}
+    glue = spec.glue.model_dump(mode="json")
+    out_dir = compare_dir(plan.root, plan.export_dir.name, spec)
     if spec.random_init:
-        rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True})
+        rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True,
+                     "glue_dir": str(reference_glue_dir(plan.root, out_dir, spec, RANDOM))})
         icfg = plan.evals.get("intrinsic")
         if icfg is not None:  # the same held-out instances, scored by a fresh init of the same shape
             out = Path(icfg.output_dir)
             rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
                                            "output_dir": str(out.with_name(out.name + "-random-init"))})
             intrinsic[RANDOM] = evaluate_task("intrinsic", rcfg)
-    glue = spec.glue.model_dump(mode="json")
-    out_dir = compare_dir(plan.root, plan.export_dir.name, spec)
     if minilm is not None:
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
-                     "glue_dir": str(minilm_glue_dir(plan.root, out_dir, spec)),
+                     "glue_dir": str(reference_glue_dir(plan.root, out_dir, spec, MINILM)),
                      **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     sentence_task = pipe.phases[-1].instances.sentence_task
     cross = _cross_task(plan, pipe, sentence_task, spec.random_init)

@@ -102,9 +102,9 @@ def test_precision_left_at_fp32_keeps_older_configs_hashes_and_cells():
     cfg = GlueConfig(**base)
     data = cfg.model_dump(mode="json")
     older = {k: v for k, v in data.items() if k != "precision"}  # a config written before the option
-    assert cell_key(data, "SST-2", 5e-5, 1) == cell_key(older, "SST-2", 5e-5, 1)
+    assert cell_key(data, "SST-2", 5e-5, 1, {}) == cell_key(older, "SST-2", 5e-5, 1, {})
     bf16 = GlueConfig(**base, precision="bf16")
-    assert cell_key(bf16.model_dump(mode="json"), "SST-2", 5e-5, 1) != cell_key(data, "SST-2", 5e-5, 1)
+    assert cell_key(bf16.model_dump(mode="json"), "SST-2", 5e-5, 1, {}) != cell_key(data, "SST-2", 5e-5, 1, {})
     assert bf16.config_hash() != cfg.config_hash()
     squad = SquadConfig(model_path="m", dev_file="d", output_dir="o")
     dump = squad.model_dump(mode="json", exclude=set(squad.run_fields | squad.input_fields) | {"precision"})

@@ -181,26 +181,26 @@ def test_killed_save_never_looks_finished(tiny_hf, tmp_path, monkeypatch):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "a user's file"
 
 
-def test_older_configs_keep_their_cell_and_config_hashes():
-    """The new options left at their defaults change no hash: finished cells, stage records and pipeline
-    directory names of older configs stay valid. Golden values: computed by the code before the options."""
+def test_older_configs_keep_their_config_hash_and_cells_key_by_content():
+    """The new options left at their defaults change no config hash: stage records and pipeline directory
+    names of older configs stay valid (golden value: computed by the code before the options). A cell's
+    name is the config without paths, run settings and the grid's shape, plus its inputs' content."""
     from contracts.common import stable_hash
-    from evaluation.cells import _GRID_SHAPE, _NOT_RESULT, cell_key, legacy_cell_key
+    from evaluation.cells import _GRID_SHAPE, _NOT_RESULT, cell_key
 
     old = GlueConfig(model_path="m", glue_dir="g", output_dir="o", tasks=["RTE"], seeds=[1], learning_rates=[2e-5])
-    # the name cells had before the grid's shape left the hash: still computed, to read them back
-    assert legacy_cell_key(old.model_dump(mode="json"), "RTE", 2e-5, 1) == "RTE-c70c51ecc0619f04"
     assert old.config_hash() == "199954ca6105134e"
-    # the rule behind the golden values: the dump without the new fields, hashed as before
-    before = {k: v for k, v in old.model_dump(mode="json").items() if k not in ("save_models", "predict_only")}
-    identity = {k: v for k, v in before.items() if k not in _NOT_RESULT}
-    assert legacy_cell_key(old.model_dump(mode="json"), "RTE", 2e-5, 1) == "RTE-" + stable_hash(
-        {"config": identity, "task": "RTE", "lr": 2e-5, "seed": 1})
-    # today's name: the same identity without the grid's shape
-    assert cell_key(old.model_dump(mode="json"), "RTE", 2e-5, 1) == "RTE-" + stable_hash(
-        {"config": {k: v for k, v in identity.items() if k not in _GRID_SHAPE}, "task": "RTE", "lr": 2e-5, "seed": 1})
+    dump = old.model_dump(mode="json")
+    inputs = {"model": "a", "vocab": "b", "data": "c"}
+    identity = {k: v for k, v in dump.items() if k not in (*_NOT_RESULT, *_GRID_SHAPE, *GlueConfig.input_fields)
+                and k not in ("save_models", "predict_only", "precision", "task_epochs")}
+    assert cell_key(dump, "RTE", 2e-5, 1, inputs) == "RTE-" + stable_hash(
+        {"config": identity, "inputs": inputs, "task": "RTE", "lr": 2e-5, "seed": 1})
+    moved = old.model_copy(update={"model_path": "/elsewhere/m", "glue_dir": "../g", "output_dir": "o2"})
+    assert cell_key(moved.model_dump(mode="json"), "RTE", 2e-5, 1, inputs) == cell_key(dump, "RTE", 2e-5, 1, inputs)
+    assert cell_key(dump, "RTE", 2e-5, 1, {**inputs, "model": "z"}) != cell_key(dump, "RTE", 2e-5, 1, inputs)
     kept = old.model_copy(update={"save_models": "best"})
-    assert cell_key(kept.model_dump(mode="json"), "RTE", 2e-5, 1) != cell_key(old.model_dump(mode="json"), "RTE", 2e-5, 1)
+    assert cell_key(kept.model_dump(mode="json"), "RTE", 2e-5, 1, inputs) != cell_key(dump, "RTE", 2e-5, 1, inputs)
     assert kept.config_hash() != old.config_hash()
 
 

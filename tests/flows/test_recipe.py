@@ -109,17 +109,19 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert same == report and [r["cells_ran"] for r in grown["rows"]] == [5, 5, 0]  # MiniLM: minilm_seeds [1]
     assert [r["seeds"] for r in grown["rows"]] == [[1, 2, 3], [1, 2, 3], [1]]
 
-    # MiniLM's cells do not depend on the pretrained model: they sit beside the comparisons, and a
-    # sentence-task variant (another pretrained model, another comparison directory) reuses them.
-    minilm_dir = smoke_run / "compare" / grown["rows"][2]["glue_dir"].rsplit("/", 1)[1]
-    assert minilm_dir.name.startswith("minilm-") and grown["rows"][2]["glue_dir"] == str(minilm_dir)
+    # The reference rows' cells do not depend on the pretrained weights (MiniLM's are MiniLM's; a random
+    # init's are its shape's and vocab's): they sit beside the comparisons, and a sentence-task variant
+    # (another pretrained model, another comparison directory) reuses them.
+    for row, prefix in ((grown["rows"][1], "random-init-same-shape-"), (grown["rows"][2], "minilm-")):
+        assert row["glue_dir"].startswith(str(smoke_run / "compare" / prefix)), row["glue_dir"]
     assert main(["--config", str(RECIPE.relative_to(REPO)), "--smoke", "--output-root", str(smoke_run),
                  "--sentence-task", "sop"]) == 0
     capsys.readouterr()
     [sop] = [p for p in (smoke_run / "compare").glob("*/comparison.json") if p != report]
     variant = json.loads(sop.read_text())
-    assert variant["sentence_task"] == "sop" and [r["cells_ran"] for r in variant["rows"]] == [10, 10, 0]
-    assert variant["rows"][2]["tasks"] == comp["rows"][2]["tasks"]
+    assert variant["sentence_task"] == "sop" and [r["cells_ran"] for r in variant["rows"]] == [10, 0, 0]
+    assert variant["rows"][0]["model_path"] != comp["rows"][0]["model_path"]  # another pretrained model
+    assert [r["tasks"] for r in variant["rows"][1:]] == [r["tasks"] for r in comp["rows"][1:]]
 
 
 @pytest.mark.parametrize("edit, message", [
