@@ -36,3 +36,21 @@ def test_one_learning_rate_has_no_per_lr_table():
                     "max_steps": None, "max_train_examples": None, "max_eval_examples": None, "max_seq_length": 128}}
     md = comparison_markdown(c)
     assert "at every learning rate" not in md and " − " not in md and "autocast" not in md
+
+
+def test_no_sentence_task_has_no_sentence_columns():
+    """sentence_task none trains no sentence head: no "held-out NONE acc" column of n/a, no 0.0000 curve column."""
+    held = {"mlm_acc": 0.148, "mlm_count": 100, "mlm_perplexity": 534.0, "nsp_acc": 0.0, "nsp_count": 0, "step": 40}
+    pre, rnd = _row("pre", False, 0.81, 0.55, 0.79), _row("rnd", True, 0.80, 0.50, 0.803)
+    pre["held_out"], rnd["held_out"] = held, {**held, "mlm_acc": 0.0}
+    pre["curve"] = [{**held, "phase": "seq128", "step": 20}, {**held, "phase": "seq512"}]
+    budget = {"tasks": ["SST-2", "RTE"], "learning_rates": [3e-4], "seeds": [1, 2], "batch_size": 32, "epochs": 3.0,
+              "max_steps": None, "max_train_examples": None, "max_eval_examples": None, "max_seq_length": 128}
+    md = comparison_markdown({"rows": [pre, rnd], "sentence_task": "none", "budget": budget})
+    assert "NONE" not in md
+    assert "| model | SST-2 | RTE | GLUE avg | held-out MLM acc |\n|---|---|---|---|---|\n" in md
+    assert "| pre | 81.0 ± 1.0 | 55.0 ± 0.0 | 68.0 ± 0.0 | 14.8 |\n" in md
+    assert "| pre − rnd | +1.0 | +5.0 | +3.0 | |\n" in md
+    assert "| phase | step | MLM acc | MLM perplexity |\n|---|---|---|---|\n| seq128 | 20 | 0.1480 | 534.00 |\n" in md
+    nsp = comparison_markdown({"rows": [pre, rnd], "sentence_task": "nsp", "budget": budget})
+    assert "| pre | 81.0 ± 1.0 | 55.0 ± 0.0 | 68.0 ± 0.0 | 14.8 | n/a |\n" in nsp and "| NSP acc |" in nsp
