@@ -129,6 +129,8 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
     st = c.get("sentence_task", "nsp").upper()
     other = next((r["cross_held_out"]["task"].upper() for r in rows if r.get("cross_held_out")), None)
     sent = st != "NONE"  # sentence_task none: no sentence head was trained, so no sentence columns
+    held_cols = (["held-out MLM acc"] + ([f"held-out {st} acc"] if sent else [])
+                 + ([f"held-out {other} acc (not trained on)"] if other else []))
     lines = [
         "# Pretrained vs random init vs MiniLM", "",
         f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}, batch "
@@ -140,9 +142,8 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         f"{b['max_eval_examples'] or 'all'}, seq {b['max_seq_length']}.",
         "Dev metric x100 (CoLA: MCC, MRPC: F1, STS-B: Spearman, others: accuracy), mean ± sample std over "
         "seeds at the lr chosen on dev; GLUE avg: the per-seed mean over tasks, then mean ± std over seeds.", "",
-        "| model | " + " | ".join(tasks) + " | GLUE avg | held-out MLM acc |"
-        + (f" held-out {st} acc |" if sent else "") + (f" held-out {other} acc (not trained on) |" if other else ""),
-        "|---|" + "---|" * (len(tasks) + 2 + sent + bool(other)),
+        "| model | " + " | ".join(tasks + ["GLUE avg"] + held_cols) + " |",
+        "|---|" + "---|" * (len(tasks) + 1 + len(held_cols)),
     ]
     for r in rows:
         h = r["held_out"]
@@ -152,15 +153,15 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         own = r.get("seeds", b["seeds"])
         name = r["name"] + (f" (seeds {own})" if list(own) != list(b["seeds"]) else "")
         x = r.get("cross_held_out")
-        cross = (f" {100 * x['acc']:.1f} |" if x and x["count"] else " n/a |") if other else ""
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_pm(r['glue_average'])} | {mlm} |"
-                     + (f" {nsp} |" if sent else "") + cross)
+        cross = f"{100 * x['acc']:.1f}" if x and x["count"] else "n/a"
+        held = [mlm] + ([nsp] if sent else []) + ([cross] if other else [])
+        lines.append(f"| {name} | " + " | ".join(cells + [_pm(r["glue_average"])] + held) + " |")
     for r in rows:  # the gain over the floor: each random-init row against the pretrained row of its model
         p = next((q for q in rows if not q["random_init"] and q["model_path"] == r["model_path"]), None)
         if r["random_init"] and p is not None:
             gains = [_gain(p["tasks"].get(t), r["tasks"].get(t)) for t in tasks]
             lines.append(f"| {p['name']} − {r['name']} | " + " | ".join(gains)
-                         + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * (1 + sent + bool(other)))
+                         + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
     lrs = list(b["learning_rates"])
