@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tests" / "scale"))
 sys.path.insert(0, str(REPO / "tests" / "flows"))
 
 from scale_support import BIN, RayCluster, base_env  # noqa: E402
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 
@@ -38,7 +39,7 @@ def _block_after(text: str, marker: str) -> list[str]:
     return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip() and not c.startswith("#")]
 
 
-def _run(cmd: str, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(cmd: str, cwd: Path, env: dict, timeout: float = HANG_S) -> subprocess.CompletedProcess:
     proc = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{cmd}\nrc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -81,7 +82,7 @@ def test_readme_run_by_hand(tiny_shared):
             continue  # evaluation is covered by tests/evaluation (GLUE fine-tuning takes minutes)
         if cmd.startswith("bertflow train"):
             cmd += " --max-steps 2 --save-every 2"
-        _run(cmd, tiny_shared, env, timeout=600)
+        _run(cmd, tiny_shared, env, timeout=HANG_S)
     assert (tiny_shared / "out" / "inst128" / "manifest.json").is_file()
     assert (tiny_shared / "hf" / "mini" / "config.json").is_file()
 
@@ -156,7 +157,7 @@ def test_flows_resume_command(prefect_api, tmp_path):
     flows_md = (REPO / "docs" / "flows.md").read_text()
     cmd = re.search(r"`(python -c \"with __import__\('prefect'\).*?)`", flows_md).group(1)
     assert cmd in (REPO / "prefect.yaml").read_text()  # both documents give the same command
-    _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, prefect_api, timeout=180)
+    _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, prefect_api, timeout=HANG_S)
     api = prefect_api["PREFECT_API_URL"]
     assert deployments_by_name(api)["pretraining-pipeline/scheduled"]["paused"] is True  # shipped paused
     _run(shlex.join(["env", f"PATH={BIN}:/usr/bin:/bin"]) + " " + cmd, tmp_path, prefect_api)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from train_helpers import write_dataset
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.slow, pytest.mark.deepspeed]
 
@@ -43,7 +44,7 @@ def _cmd(data: Path, out: Path, stage: int, *extra: str) -> list[str]:
 
 def _run(cmd: list[str], log: Path) -> None:
     with open(log, "w") as fh:
-        proc = subprocess.run(cmd, env=ENV, stdout=fh, stderr=subprocess.STDOUT, timeout=240)
+        proc = subprocess.run(cmd, env=ENV, stdout=fh, stderr=subprocess.STDOUT, timeout=HANG_S)
     assert proc.returncode == 0, log.read_text()[-3000:]
 
 
@@ -70,16 +71,16 @@ def _kill_mid_run(cmd: list[str], run_dir: Path, log: Path) -> int:
     next step ran; returns the last logged step before the kill."""
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, env=ENV, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + HANG_S
         ckpt = run_dir / "checkpoints" / f"step_{KILL_AFTER:08d}" / "COMPLETE"
         while time.monotonic() < deadline and proc.poll() is None:
             if ckpt.is_file() and any(r["step"] > KILL_AFTER for r in _metrics(run_dir)):
                 killed = _kill_tree(proc.pid)
                 break
             time.sleep(0.01)
-        proc.wait(timeout=60)
+        proc.wait(timeout=HANG_S)
     assert proc.returncode == -signal.SIGKILL, f"run was not killed mid-run (rc {proc.returncode}):\n{log.read_text()[-2000:]}"
-    psutil.wait_procs(killed, timeout=30)
+    psutil.wait_procs(killed, timeout=HANG_S)
     assert len(killed) >= 3 and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in killed)
     return max(r["step"] for r in _metrics(run_dir))
 

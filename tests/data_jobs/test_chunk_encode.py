@@ -14,6 +14,7 @@ import pytest
 from data_jobs.chunk_encode import ChunkEncoder, encode_flat
 from data_jobs.tokenization import wordpiece_tokenizer
 from instances_helpers import write_tiny_vocab
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,6 +94,6 @@ def test_the_benchmark_runs_and_checks_the_ids(shared_data):
     """bench/bench_chunk_encode.py (docs/data-instances.md quotes it) on one small book: it compares the
     cache's ids with the tokenizer's at every repetition and exits non-zero when they differ."""
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench_chunk_encode.py"), "--shared-data",
-                           str(shared_data), "--mb", "0.2", "--reps", "1"], capture_output=True, text=True, timeout=300)
+                           str(shared_data), "--mb", "0.2", "--reps", "1"], capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ids identical" in proc.stdout and "bare / warm" in proc.stdout

@@ -13,6 +13,7 @@ import pytest
 from contracts.common import UserError
 from data_jobs.fanout import fan_out, resolve_engine
 from data_jobs.tokenization import read_vocab
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 def square_after(x: int, delay: float) -> tuple[int, int]:
@@ -96,5 +97,5 @@ def test_local_pool_forks_only_from_a_single_threaded_process():
     assert len(set(parents)) == 2 and os.getpid() not in parents  # ours (for our calls) and the server
     script = ("import os; from data_jobs.fanout import fan_out; "
               "print(os.getpid() in fan_out(os.getppid, [()] * 4, desc='t', max_in_flight=2, engine='local'))")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)
     assert done.stdout.strip() == "True", done.stderr  # single-threaded: its worker is its own child

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.schema import Manifest
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAY_USAGE_STATS_ENABLED="0")
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_jobs_run_as_modules(tmp_path, shared_data, bert_uncased_vocab):

@@ -11,6 +11,7 @@ import pytest
 
 from contracts.common import UserError
 from data_jobs.shard_read import read_documents, read_flat
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 DOCS = [["x"], ["a", None, "b"], None, [], ["c"], None, ["d", "e", None]]
 
@@ -49,5 +50,5 @@ def test_empty_and_corrupt_shards(tmp_path):
 def test_reading_imports_no_pandas_dataset_or_compute(shard):
     script = ("import sys; from data_jobs.shard_read import read_flat; read_flat(sys.argv[1]); read_flat(sys.argv[1], [1]); "
               "print(sorted(m for m in ('pandas', 'pyarrow.dataset', 'pyarrow.compute') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", script, shard], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, shard], capture_output=True, text=True, timeout=HANG_S)
     assert done.stdout.strip() == "[]", done.stderr

@@ -13,6 +13,7 @@ import pytest
 from flowtest_support import (
     BIN, REPO, deployments_by_name, free_port, run_cli, stop, tiny_config, wait_final, wait_http,
 )
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +33,7 @@ def harness():
     """One ephemeral Prefect API for the session (each start costs about 9 s)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=HANG_S):
         from prefect.settings import PREFECT_API_URL
 
         yield PREFECT_API_URL.value()
@@ -98,7 +99,7 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
                        json={"parameters": {"config": cfg.model_dump(mode="json")}})
         r.raise_for_status()
         run_id = r.json()["id"]
-        state = wait_final(api, run_id, timeout=240)
+        state = wait_final(api, run_id, timeout=HANG_S)
     finally:
         stop(worker)
     return {"run_id": run_id, "state": state, "by_bertflow": by_bertflow, "by_yaml": by_yaml, "config": cfg,

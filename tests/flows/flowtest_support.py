@@ -16,6 +16,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from free_ports import free_port  # noqa: E402,F401  (one port never handed out twice)
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 def tiny_config(root: Path, corpus: Path, max_steps: int = 6, intrinsic: bool = True, two_phases: bool = False):
@@ -80,7 +81,7 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
         proc.wait(5)
 
 
-def run_cli(args, env, cwd, timeout=180):
+def run_cli(args, env, cwd, timeout=HANG_S):
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout

@@ -8,6 +8,7 @@ from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfi
 from bert_core.train_config import TrainConfig
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from flows.cli import COMMANDS, main
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 GENERATED = {
     ("data", "shard"): ShardConfig, ("data", "vocab"): VocabConfig, ("data", "instances"): InstancesConfig,
@@ -70,5 +71,5 @@ def test_closed_pipe_is_quiet():
     assert proc.stdout.readline() == b"line of output\n"
     proc.stdout.close()  # the reader leaves, as `head -1` does
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 141
+    assert proc.wait(timeout=HANG_S) == 141
     assert err == ""

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from flowtest_support import tiny_config
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
 
@@ -172,7 +173,7 @@ def test_killed_training_resumes(first_run, harness, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "flows.pipeline", "--config", str(cfg_file), "--stage", "train"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while not list((run_dir / "checkpoints").glob("step_*/COMPLETE")):
             assert proc.poll() is None, "training process ended before its first checkpoint"
             assert time.monotonic() < deadline, "no checkpoint after 120 s"

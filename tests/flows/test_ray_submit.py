@@ -31,6 +31,7 @@ from prefect import flow
 from data_jobs.config import ShardConfig
 from flows.ray_jobs import submit_or_attach, _client, job_key
 from flows.tasks import data_job
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 address, corpus, out, cfg_file = sys.argv[1:5]
 cfg = ShardConfig(inputs=[corpus], output_dir=out, num_shards=2, num_workers=1)
@@ -43,7 +44,7 @@ first = {}
 t = threading.Thread(target=lambda: first.update(state=shard_via_ray_job(return_state=True)))
 t.start()
 client = _client(address)
-deadline = time.monotonic() + 180
+deadline = time.monotonic() + HANG_S
 while not client.list_jobs():  # wait until the flow has submitted, then submit the same stage again
     if not t.is_alive() or time.monotonic() > deadline:
         sys.exit("first submission ended or stalled before its job appeared")
@@ -90,7 +91,7 @@ def ray_head():
 def _wait_jobs_api(address, proc, env, log):
     """The dashboard answers /api/version only with a token: poll through the SDK in a subprocess."""
     probe = f"from ray.job_submission import JobSubmissionClient as C; C({address!r}).list_jobs()"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-3000:]
         if subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0:
@@ -116,7 +117,7 @@ def test_shard_stage_as_ray_job(ray_head, harness, sample_text, tmp_path):
     try:
         proc = subprocess.run(
             [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
-            env={**ray_head["env"], "PREFECT_API_URL": harness}, capture_output=True, text=True, timeout=240,
+            env={**ray_head["env"], "PREFECT_API_URL": harness}, capture_output=True, text=True, timeout=HANG_S,
         )
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"client timed out:\n{(err.stdout or b'')[-3000:]!r}\n{(err.stderr or b'')[-3000:]!r}")

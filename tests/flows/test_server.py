@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from flowtest_support import deployments_by_name
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
@@ -66,7 +67,7 @@ def test_bertflow_serve_takes_over_a_deployment(completed_run, prefect_server, t
                                  str(tmp_path / "out")], env=prefect_server["env"], cwd=tmp_path,
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while deployments_by_name(api)["evaluate/default"]["parameters"]["config"]["output_root"] != want:
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
@@ -95,7 +96,7 @@ def test_bertflow_serve_resumes_what_a_sigterm_paused(prefect_server, tmp_path):
                                      str(tmp_path / "out")], env=prefect_server["env"], cwd=tmp_path,
                                     stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + HANG_S
             while not cond(deployments_by_name(api).get(name)):
                 assert proc.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, log.read_text()[-3000:]

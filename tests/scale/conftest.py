@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale_support, besid
 
 from hostile_check import TALLY  # noqa: E402
 from scale_support import DS_ARGS, REPO, RayCluster, base_env, free_port, run_cli  # noqa: E402
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 @pytest.fixture(scope="package")
@@ -39,7 +40,7 @@ def ds_reference(tmp_path_factory) -> dict:
     data = write_dataset(root / "data", n=64, vocab_size=100, max_seq=32)
     proc = run_cli(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                     "--master_port", str(free_port()), "-m", "bert_core.train", "--launcher", "torchrun",
-                    "--data-dir", str(data), "--output-dir", str(root / "run"), *DS_ARGS], base_env(), timeout=300)
+                    "--data-dir", str(data), "--output-dir", str(root / "run"), *DS_ARGS], base_env(), timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"data": data, "run": root / "run"}
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from scale_support import BIN, REPO, base_env
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 CLI = ["-m", "flows.cli"]
 ENTRIES = ("cli", "flow", "ray-job-submit", "python -m")
@@ -108,7 +109,12 @@ def _run_one(case: Case, ray_env: dict[str, str], dashboard: str) -> dict:
     else:
         cmd = [*case.prefix, sys.executable, *case.argv]
     env = {**(ray_env if case.ray else base_env()), **case.env}
-    proc = subprocess.run(cmd, env=env, cwd=case.cwd or REPO, capture_output=True, timeout=420)
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=case.cwd or REPO, capture_output=True, timeout=HANG_S)
+    except subprocess.TimeoutExpired as err:  # this case fails alone; the battery's other cases still count
+        out = (err.stdout or b"").decode("utf-8", "replace")
+        return {"rc": f"no exit after {HANG_S:.0f} s (hung?)", "stdout": out,
+                "stderr": (err.stderr or b"").decode("utf-8", "replace")}
     return {"rc": proc.returncode, "stderr": proc.stderr.decode("utf-8", "replace"),
             "stdout": proc.stdout.decode("utf-8", "replace")}
 
@@ -118,11 +124,15 @@ def _run_flows(cases: dict[str, Case], work: Path) -> dict[str, dict]:
     spec = work / "flow_cases.json"
     spec.write_text(json.dumps({n: c.argv for n, c in cases.items()}))
     result = work / "flow_results.json"
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("hostile_flow_driver.py")), str(spec),
-                           str(result)], env=base_env(), cwd=REPO, capture_output=True, timeout=1200)
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("hostile_flow_driver.py")), str(spec),
+                               str(result)], env=base_env(), cwd=REPO, capture_output=True, timeout=HANG_S)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:  # the flow cases fail; the battery's other cases still count
+        rc, out, err = f"no exit after {HANG_S:.0f} s (hung?)", e.stdout or b"", e.stderr or b""
     found = json.loads(result.read_text()) if result.is_file() else {}
-    missing = {"rc": -1, "stdout": proc.stdout.decode(errors="replace")[-3000:],
-               "stderr": f"flow driver exited {proc.returncode}:\n{proc.stderr.decode(errors='replace')[-3000:]}"}
+    missing = {"rc": -1, "stdout": out.decode(errors="replace")[-3000:],
+               "stderr": f"flow driver exited {rc}:\n{err.decode(errors='replace')[-3000:]}"}
     return {n: found.get(n, missing) for n in cases}
 
 

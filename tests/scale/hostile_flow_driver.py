@@ -15,6 +15,8 @@ import io
 import json
 import sys
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/ for hang
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 def run_case(stage: str, config: str, model_path: str | None = None) -> dict:
@@ -35,7 +37,7 @@ def main() -> int:
     from prefect.testing.utilities import prefect_test_harness
 
     results = {}
-    with prefect_test_harness(server_startup_timeout=300):
+    with prefect_test_harness(server_startup_timeout=HANG_S):
         for name, argv in cases.items():
             results[name] = run_case(*argv)
     Path(sys.argv[2]).write_text(json.dumps(results))

@@ -24,6 +24,7 @@ BIN = Path(sys.executable).parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from free_ports import free_port  # noqa: E402,F401  (one port never handed out twice)
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu river stone cloud light north "
@@ -70,7 +71,7 @@ def write_corpus(root: Path, files: int = 4, docs_per_file: int = 30, seed: int 
     return root
 
 
-def run_cli(args: list[str], env: dict[str, str], timeout: float = 180, cwd: Path | None = None
+def run_cli(args: list[str], env: dict[str, str], timeout: float = HANG_S, cwd: Path | None = None
             ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or REPO)
@@ -167,7 +168,7 @@ class RayCluster:
                     on_retry()
         raise AssertionError("unreachable")
 
-    def _wait_log(self, proc: subprocess.Popen, name: str, timeout: float = 90) -> None:
+    def _wait_log(self, proc: subprocess.Popen, name: str, timeout: float = HANG_S) -> None:
         """`ray start --block` prints "Ray runtime started." once the node is up: cheaper than a driver."""
         log, deadline = self.root / f"{name}.log", time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -183,11 +184,11 @@ class RayCluster:
         code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
                 "print('NODES ' + json.dumps([{'id': n['NodeID'], 'alive': n['Alive'], 'res': n['Resources']} "
                 "for n in ray.nodes()]))" % self.address)
-        proc = run_cli(["-c", code], self.env, timeout=60)
+        proc = run_cli(["-c", code], self.env, timeout=HANG_S)
         line = [x for x in proc.stdout.splitlines() if x.startswith("NODES ")]
         return json.loads(line[0][6:]) if line else []
 
-    def wait_nodes(self, n: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    def wait_nodes(self, n: int, proc: subprocess.Popen, timeout: float = HANG_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -224,7 +225,7 @@ for _ in range(20):
     time.sleep(1.5)
 print("TASKS " + json.dumps(cur))
 """
-        proc = run_cli(["-c", code], self.env, timeout=120)
+        proc = run_cli(["-c", code], self.env, timeout=HANG_S)
         line = [x for x in proc.stdout.splitlines() if x.startswith("TASKS ")]
         assert line, proc.stderr[-3000:]
         return [tuple(r) for r in json.loads(line[0][6:])]
@@ -246,7 +247,7 @@ ray.init(address={self.address!r}, log_to_driver=False)
 rows = list_actors(address="http://127.0.0.1:{self.dashboard_port}", limit=10000, raise_on_missing_output=False)
 print("ACTORS " + json.dumps([a.node_id for a in rows if a.class_name == {class_name!r}]))
 """
-        proc = run_cli(["-c", code], self.env, timeout=120)
+        proc = run_cli(["-c", code], self.env, timeout=HANG_S)
         line = [x for x in proc.stdout.splitlines() if x.startswith("ACTORS ")]
         assert line, proc.stderr[-3000:]
         return json.loads(line[0][7:])

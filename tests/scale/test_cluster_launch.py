@@ -16,6 +16,7 @@ import pytest
 
 from hostile_check import ray_job_submit
 from scale_support import REPO, run_cli, write_corpus
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ def rel_datasets(two_node_cluster, user_dir) -> Path:
          "--engine", "ray", "--ray-address", addr],
     ]
     for args in steps:
-        proc = run_cli(args, env, timeout=240, cwd=user_dir)
+        proc = run_cli(args, env, timeout=HANG_S, cwd=user_dir)
         assert proc.returncode == 0, f"{args}\n{proc.stderr[-3000:]}"
     return user_dir
 
@@ -70,7 +71,7 @@ def test_relative_output_dirs_on_a_cluster_started_elsewhere(rel_datasets):
 def _submit(cluster, entry: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
     """The README's command: `ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m ...`."""
     return subprocess.run(ray_job_submit(f"http://127.0.0.1:{cluster.dashboard_port}", entry), env=cluster.env,
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+                          cwd=cwd, capture_output=True, text=True, timeout=HANG_S)
 
 
 @pytest.mark.parametrize("job", ["shard", "instances"])
@@ -127,7 +128,7 @@ def test_sigterm_to_bertflow_train_stops_every_rank(tiny_data, tmp_path):
     proc = subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        deadline, ranks = time.monotonic() + 400, []
+        deadline, ranks = time.monotonic() + HANG_S, []
         # Wait until both ranks train (a metrics row is logged), as a user would press Ctrl-C mid-run.
         while time.monotonic() < deadline and proc.poll() is None:
             metrics = tmp_path / "run" / "metrics.jsonl"
@@ -137,7 +138,7 @@ def test_sigterm_to_bertflow_train_stops_every_rank(tiny_data, tmp_path):
             time.sleep(1)
         assert proc.poll() is None and ranks, "training never started"
         os.kill(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -222,7 +223,7 @@ def test_stop_tree_stops_ranks_in_their_own_sessions():
                             start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while not _descendants(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         ranks = _descendants(proc.pid)

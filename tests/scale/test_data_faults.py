@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from scale_support import REPO, flip_bytes, run_cli, tree_bytes, truncate_file, write_corpus
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -46,7 +47,7 @@ def _doc_ids(d: Path) -> list[str]:
     return [i for p in sorted(d.glob("shard-*.parquet")) for i in pq.read_table(p, columns=["doc_id"])["doc_id"].to_pylist()]
 
 
-def _kill_when(cmd: list[str], env: dict, watch: Path, pattern: str, log: Path, timeout: float = 120) -> bool:
+def _kill_when(cmd: list[str], env: dict, watch: Path, pattern: str, log: Path, timeout: float = HANG_S) -> bool:
     """Run ``cmd``; SIGKILL it the moment a file matching ``pattern`` appears under ``watch``.
     Returns True if it was killed (False: it finished first, so the kill point was missed)."""
     with open(log, "w") as fh:
@@ -58,7 +59,7 @@ def _kill_when(cmd: list[str], env: dict, watch: Path, pattern: str, log: Path, 
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
             time.sleep(0.005)
-        proc.wait(30)
+        proc.wait(HANG_S)
     return proc.returncode == -signal.SIGKILL
 
 

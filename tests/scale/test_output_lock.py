@@ -16,6 +16,7 @@ from scale_support import REPO, base_env
 
 from contracts.common import UserError  # noqa: E402
 from contracts.lock import LOCK_NAME, output_lock  # noqa: E402
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 
 def test_lock_is_reentrant_and_released(tmp_path):
@@ -111,7 +112,7 @@ def test_lock_on_unwritable_dir_is_one_line(tmp_path):
     if os.geteuid() == 0:
         cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=120)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=base_env(), timeout=HANG_S)
     finally:
         d.chmod(0o755)
     assert proc.returncode == 2, proc.stderr

@@ -39,6 +39,7 @@ import os, sys, time
 from pathlib import Path
 import torch
 import bert_core.checkpoint as ck
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 step, point, flag = int(os.environ["KILL_STEP"]), os.environ["KILL_POINT"], Path(os.environ["KILL_FLAG"])
 tmp_name = ".tmp-step_%08d" % step
 
@@ -97,7 +98,7 @@ def test_kill_mid_checkpoint_write_resumes_from_last_complete(point, data, unbro
     cmd = [sys.executable, "-c", PAUSING_ENTRY, "--data-dir", str(data), "--output-dir", str(out), *TRAIN]
     with open(tmp_path / "killed.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + HANG_S
         while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert flag.exists(), (tmp_path / "killed.log").read_text()[-3000:]
@@ -150,7 +151,7 @@ def test_torchrun_two_nodes_on_loopback_matches_one_launcher(ds_reference, tmp_p
              "--local_addr", "127.0.0.1", "-m", "bert_core.train", "--data-dir", str(data), "--output-dir", str(two), *ds],
             env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     try:
-        codes = [p.wait(timeout=300) for p in procs]
+        codes = [p.wait(timeout=HANG_S) for p in procs]
     finally:
         for p in procs:
             kill_group(p, signal.SIGKILL, wait=10)

@@ -45,6 +45,7 @@ instances_job.run(build_config(InstancesConfig, dict(shards_dir=root + "/docs", 
 PINNED = r"""
 import importlib, itertools, sys, ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 turn = itertools.cycle(sys.argv[2].split(","))
 real_remote = ray.remote
 class Pinned:
@@ -79,7 +80,7 @@ def corpus(tmp_path_factory) -> Path:
 def single_node(corpus, tmp_path_factory) -> Path:
     """Shard, vocab and instances on a single-node local Ray cluster (1 worker): the reference."""
     root = tmp_path_factory.mktemp("single")
-    _ok(run_cli(["-c", REFERENCE, str(corpus), str(root)], base_env(), timeout=240))
+    _ok(run_cli(["-c", REFERENCE, str(corpus), str(root)], base_env(), timeout=HANG_S))
     return root
 
 
@@ -126,7 +127,7 @@ def test_ray_train_deepspeed_one_worker_per_node(two_node_cluster, ds_reference,
     cluster = two_node_cluster
     out = tmp_path / "run"
     _ok(run_cli(["-m", "bert_core.train", "--launcher", "ray", "--ray-address", cluster.address, "--num-workers", "2",
-                 "--data-dir", str(ds_reference["data"]), "--output-dir", str(out), *DS_ARGS], cluster.env, timeout=300))
+                 "--data-dir", str(ds_reference["data"]), "--output-dir", str(out), *DS_ARGS], cluster.env, timeout=HANG_S))
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     state = json.loads((out / "checkpoints" / "step_00000003" / "trainer_state.json").read_text())
@@ -145,14 +146,14 @@ def test_worker_node_killed_mid_instance_job(two_node_cluster, single_node, tmp_
     log = open(tmp_path / "job.log", "w")
     proc = subprocess.Popen([sys.executable, *_instances_cmd(cluster, single_node / "docs", single_node / "vocab", out)],
                             env=cluster.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline and proc.poll() is None and not list(out.glob("part-*.done.json")):
         time.sleep(0.05)
     done_at_kill = len(list(out.glob("part-*.done.json")))
     cluster.kill_worker()
-    assert proc.wait(timeout=240) == 0, (tmp_path / "job.log").read_text()[-4000:]
+    assert proc.wait(timeout=HANG_S) == 0, (tmp_path / "job.log").read_text()[-4000:]
     assert 1 <= done_at_kill < NUM_SHARDS, f"the kill did not land mid-job ({done_at_kill} shards done)"
-    deadline = time.monotonic() + 60  # the head declares the node dead after its missed health checks
+    deadline = time.monotonic() + HANG_S  # the head declares the node dead after its missed health checks
     while worker_id in cluster.node_ids().values() and time.monotonic() < deadline:
         time.sleep(1)
     assert worker_id not in cluster.node_ids().values()
