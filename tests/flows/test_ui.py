@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
 
@@ -16,8 +17,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 
 def _chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail("chromium not installed (.ci/run installs Debian's chromium; apt-get install -y chromium)")
+    if exe is None:  # `make test` installs it where it can (root with apt-get); elsewhere it is truly absent
+        pytest.skip("needs Debian's chromium, not installed here (`make test` installs it when run as root "
+                    "with apt-get; or: apt-get install -y chromium)")
     return exe
 
 
@@ -26,11 +28,11 @@ def _render(url: str, tmp_path: Path, name: str, budget_ms: int = 15000) -> str:
     exe = _chromium()
     common = FLAGS + [f"--virtual-time-budget={budget_ms}", "--window-size=1400,1000"]
     dom = subprocess.run([exe, *common, f"--user-data-dir={tmp_path / (name + '-profile-dom')}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert dom.returncode == 0, dom.stderr[-2000:]
     png = tmp_path / f"{name}.png"
     shot = subprocess.run([exe, *common, f"--user-data-dir={tmp_path / (name + '-profile-png')}",
-                           f"--screenshot={png}", url], capture_output=True, text=True, timeout=120)
+                           f"--screenshot={png}", url], capture_output=True, text=True, timeout=HANG_S)
     assert shot.returncode == 0, shot.stderr[-2000:]
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     return dom.stdout
