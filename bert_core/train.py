@@ -34,6 +34,7 @@ from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
 from contracts.common import UserError, build_config, write_json_atomic
 from contracts.lock import output_lock
+from contracts.schema import Manifest
 
 ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_checkpointing"}
 
@@ -117,18 +118,44 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
         except (ValueError, KeyError) as err:
             raise UserError(f"{saved}: corrupt run config: {err}") from None
         if old_cfg.resume_hash() != config.resume_hash():
-            a, b = old_cfg.model_dump(mode="json"), config.model_dump(mode="json")
-            changed = sorted(k for k in a if a[k] != b.get(k) and k in TrainConfig.model_fields)
-            raise UserError(f"--resume: config differs from the run's {saved} in {', '.join(changed)}")
+            changed = ", ".join(_blocking_differences(old_cfg, config))
+            raise UserError(f"--resume: config differs from the run's {saved} in {changed} (the fields that "
+                            "decide what a run computes; where and how widely it runs may change on resume)")
         inputs = input_identity(config)
         changed = [k for k, v in (old.get("inputs") or inputs).items() if inputs.get(k) != v]
         if changed:
             raise UserError(f"--resume: inputs changed since the run in {run_dir} started: {', '.join(changed)} "
                             "(other content)")
     elif saved.exists() or (run_dir / "checkpoints").exists():
-        st = status(config)
-        raise UserError(f"output_dir: {run_dir} already holds a run; pass --resume or choose another directory "
-                        f"(its status: {st.state}, {st.reason})")
+        raise UserError(f"output_dir: {run_dir} already holds a run: {_occupied(config, run_dir)}")
+
+
+def _blocking_differences(old: TrainConfig, new: TrainConfig) -> list[str]:
+    """The fields that make ``new`` another run than ``old``: those of the config hash, not the run fields
+    (launcher, num_workers, output_dir... may change on resume) nor the input paths (compared by content)."""
+    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
+    skip = TrainConfig.run_fields | TrainConfig.input_fields
+    return sorted(k for k in a if k not in skip and a[k] != b.get(k)) or ["fields of an older version"]
+
+
+def _occupied(config: TrainConfig, run_dir: Path) -> str:
+    """What to do about a run directory that already holds a run, said by its status: --resume only
+    where it can work (this very config and these inputs, not finished)."""
+    st = status(config)
+    if st.state == "partial":
+        return f"this config's, {st.reason}; pass --resume to continue it, or choose another directory"
+    if st.done:
+        return "this config's, finished (every step checkpointed); nothing to train: choose another directory"
+    if st.reason == "config differs":
+        try:
+            old = build_config(TrainConfig, json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8"))["config"],
+                               str(run_dir / RUN_CONFIG))
+            why = f"another config's (differs in {', '.join(_blocking_differences(old, config))})"
+        except (OSError, ValueError, KeyError, TypeError, UserError):
+            why = "another config's"
+    else:
+        why = f"not this one ({st.reason})"
+    return f"{why}, which --resume cannot continue; choose another directory"
 
 
 def _resume_point(ckpt: CheckpointManager, rank: int, resume) -> Optional[Path]:
@@ -171,6 +198,9 @@ class _Plan:
 
 
 def _check(config: TrainConfig, resume: bool) -> _Plan:
+    # A missing or foreign data dir is refused before the process group forms: every rank says so at
+    # once, instead of first waiting for its peers (and DeepSpeed's op builds) under a loaded machine.
+    Manifest.read(config.data_dir, kind="instances")
     world = init_distributed(config)
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)

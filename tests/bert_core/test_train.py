@@ -106,8 +106,11 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(finished, data, tmp
         (cfg(lrr=1.0), "lrr: unknown key"),
         (cfg(model_overrides={"vocab_size": 50}), "data vocab_size 100 != model vocab_size 50"),
         (cfg(global_batch_size=12), "global_batch_size: 12 != micro_batch_size 4"),
-        (cfg(), "already holds a run; pass --resume"),
+        (cfg(), "already holds a run: this config's, finished"),
+        (cfg(lr=2e-3), "already holds a run: another config's (differs in lr), which --resume cannot continue"),
         (cfg(lr=2e-3) + ["--resume"], "--resume: config differs from the run's"),
+        # only the field that blocks is named: where and how widely a run runs may change on resume
+        (cfg(lr=2e-3, log_every=3, keep_last=2, save_every=4) + ["--resume"], "train_config.json in lr ("),
         (cfg(output_dir=str(tmp_path / "none")) + ["--resume"], "nothing to resume"),
         (cfg(output_dir=str(tmp_path / "x"), init_from=str(tmp_path / "missing")), "checkpoint not found"),
         (cfg(output_dir=str(tmp_path / "x"), max_seq_length=128), "max_seq_length 32 != configured 128"),
@@ -118,6 +121,18 @@ def test_bad_input_is_one_line_exit_2_and_overwrites_nothing(finished, data, tmp
         assert code == 2 and line.startswith("bertflow: error:") and msg in line, (argv, line)
     assert _snapshot(finished) == before
     assert not (tmp_path / "x").exists() and not (tmp_path / "none").exists()
+
+
+def test_an_unfinished_run_of_this_config_is_pointed_at_resume(finished, tmp_path, capsys):
+    run = tmp_path / "unfinished"
+    shutil.copytree(finished, run)
+    shutil.rmtree(run / "checkpoints" / "step_00000008")
+    saved = json.loads((run / "train_config.json").read_text())["config"]
+    saved["output_dir"] = str(run)
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(saved))
+    code, line = _cli(capsys, ["--config", str(p)])
+    assert code == 2 and "this config's, resumable from step_00000006; pass --resume to continue it" in line, line
 
 
 def test_corrupt_checkpoint_is_refused_on_resume(finished, tmp_path, capsys):
