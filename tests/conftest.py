@@ -55,3 +55,25 @@ def ray_local():
         )
     yield ray
     # left running for the session; shut down at exit
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One real S3-compatible server (moto's server mode) on 127.0.0.1 for the session."""
+    pytest.importorskip("moto")
+    from s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """This process pointed at the test server (AWS_* variables, as a user sets them), and a fresh bucket:
+    yields ``s3://<bucket>``."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    return f"s3://{s3_server.new_bucket()}"

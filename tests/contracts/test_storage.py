@@ -1,0 +1,166 @@
+"""contracts.storage and contracts.lease on both backends: a local directory and a real S3-compatible
+server (moto's server mode on 127.0.0.1). The same assertions hold for both: that is the seam's promise."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from contracts.common import UserError
+from contracts.lease import LOCK_NAME, acquire
+from contracts.storage import LocalLocation, ObjectLocation, is_uri, location
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=["local", "s3"])
+def loc(request, tmp_path):
+    if request.param == "local":
+        return location(tmp_path / "out")
+    return location(request.getfixturevalue("s3_env") + "/runs/out")
+
+
+def test_uris_and_paths():
+    assert is_uri("s3://b/p") and is_uri("gs://b") and not is_uri("runs/x") and not is_uri("file:///tmp/x")
+    assert isinstance(location("s3://b/p"), ObjectLocation)
+    assert isinstance(location("file:///tmp/x"), LocalLocation) and str(location("file:///tmp/x").root) == "/tmp/x"
+    assert location("s3://b/p").join("a", "b").uri == "s3://b/p/a/b"
+
+
+def test_write_read_head_list_delete(loc):
+    assert loc.list() == [] and loc.head("a.json") is None
+    etag = loc.write("a.json", b"{}")
+    loc.write("sub/b.bin", b"x" * 10)
+    assert loc.read("a.json") == b"{}" and loc.head("a.json").etag == etag and loc.head("sub/b.bin").size == 10
+    assert [m.name for m in loc.list()] == ["a.json", "sub/b.bin"]
+    assert [m.name for m in loc.list("sub")] == ["sub/b.bin"]
+    assert loc.join("sub").read("b.bin") == b"x" * 10
+    loc.delete("a.json")
+    loc.delete("a.json")  # absent: no error
+    assert [m.name for m in loc.list()] == ["sub/b.bin"]
+    with pytest.raises(FileNotFoundError):
+        loc.read("a.json")
+
+
+def test_create_is_exclusive_and_replace_if_is_compare_and_swap(loc):
+    first = loc.create("lock", b"one")
+    assert first is not None and loc.create("lock", b"two") is None and loc.read("lock") == b"one"
+    second = loc.replace_if("lock", b"three", first)
+    assert second is not None and loc.read("lock") == b"three"
+    assert loc.replace_if("lock", b"four", first) is None and loc.read("lock") == b"three"  # stale version
+    assert loc.replace_if("absent", b"x", second) is None and not loc.exists("absent")
+
+
+def test_racing_creators_exactly_one_wins(loc):
+    for attempt in range(5):
+        name, wins = f"race-{attempt}", []
+        barrier = threading.Barrier(6)
+
+        def go(i):
+            barrier.wait()
+            if loc.create(name, f"writer {i}".encode()) is not None:
+                wins.append(i)
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert len(wins) == 1, (attempt, wins)
+        assert loc.read(name) == f"writer {wins[0]}".encode()
+
+
+def test_upload_download_large_file(loc, tmp_path):
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(1 << 20) * 20)  # 20 MiB: a multipart upload on the object store
+    loc.upload("ckpt/big.bin", src)
+    assert loc.head("ckpt/big.bin").size == src.stat().st_size
+    dst = tmp_path / "back" / "big.bin"
+    loc.download("ckpt/big.bin", dst)
+    assert dst.read_bytes() == src.read_bytes() and not list(dst.parent.glob(".tmp-*"))
+
+
+def test_lease_one_holder_renewal_release_and_takeover(loc):
+    lease = acquire(loc, ttl=30)
+    with pytest.raises(UserError, match="output in use by another run"):
+        acquire(loc, ttl=30)
+    before = json.loads(loc.read(LOCK_NAME))["expires"]
+    time.sleep(0.01)
+    assert lease.renew() and json.loads(loc.read(LOCK_NAME))["expires"] > before
+    lease.release()
+    again = acquire(loc, ttl=30)  # released: free at once
+    # an expired lock (its holder stalled) is taken over, and the stalled holder learns it at its renewal
+    body = json.loads(loc.read(LOCK_NAME))
+    body.update(expires=time.time() - 1, host="another-host")
+    again.etag = loc.replace_if(LOCK_NAME, json.dumps(body).encode(), again.etag)
+    taker = acquire(loc, ttl=30)
+    assert not again.renew() and "taken over" in again.lost
+    with pytest.raises(UserError, match="taken over"):
+        again.check()
+    again.release()  # never removes the taker's lock
+    assert json.loads(loc.read(LOCK_NAME))["owner"] == taker.body["owner"]
+    taker.release()
+
+
+def test_unreadable_lock_is_not_guessed_at(loc):
+    loc.write(LOCK_NAME, b'{"host": ')
+    with pytest.raises(UserError, match="unreadable output lock"):
+        acquire(loc)
+    assert loc.read(LOCK_NAME) == b'{"host": '
+
+
+RACER = """
+import sys, time
+from contracts.lease import acquire
+from contracts.common import UserError
+from contracts.storage import location
+t0 = float(sys.argv[2])
+while time.time() < t0:
+    time.sleep(0.001)
+try:
+    lease = acquire(location(sys.argv[1]), ttl=60)
+except UserError as e:
+    print("refused", e)
+    raise SystemExit(2)
+print("won")
+time.sleep(1.0)
+lease.release()
+"""
+
+
+def test_two_writer_processes_race_exactly_one_wins_five_times(loc, tmp_path):
+    """Two processes started at the same instant for one location: one holds it, the other gets one line."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for attempt in range(5):
+        target = loc.join(f"try{attempt}")
+        start = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", RACER, target.uri, str(start)], env=env, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        codes = sorted(p.returncode for p in procs)
+        assert codes == [0, 2], (attempt, outs)
+        refusal = next(o for o, p in zip(outs, procs) if p.returncode == 2)[0]
+        assert "output in use by another run" in refusal
+
+
+def test_unreachable_endpoint_and_missing_bucket_are_one_line(s3_env, monkeypatch):
+    with pytest.raises(UserError, match=r"^s3://no-such-bucket-here/x: bucket not found$"):
+        location("s3://no-such-bucket-here/x").check()
+    from free_ports import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(UserError, match="cannot reach the store's endpoint"):
+        location(s3_env + "/x").check()
+
+
+def test_missing_credentials_are_one_line_before_any_request(s3_env, monkeypatch, tmp_path):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(UserError, match="no credentials"):
+        location(s3_env + "/x").check()
