@@ -252,3 +252,14 @@ def test_submit_user_errors_are_one_line(argv, error, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"bertflow: error: {error.replace('PORT', port)}"), err
     assert not any(line.startswith("bertflow: error:") for line in err[:-1]) and "Traceback" not in "".join(err)
+
+
+def test_flows_submission_path_checks_before_sending(tmp_path):
+    """ray_jobs._submit (the flows' and bertflow submit's one call of submit_job) refuses first: with no
+    client at all it never gets as far as using one."""
+    from flows.ray_jobs import _submit
+
+    with open(tmp_path / "big.bin", "wb") as fh:
+        fh.truncate(11_000_000)
+    with pytest.raises(UserError, match=r"^runtime env: working_dir \S+ would upload 11.0 MB .*big.bin"):
+        _submit(None, "python -c pass", "sid", {}, print, runtime_env={"working_dir": str(tmp_path)})
