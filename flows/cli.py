@@ -25,6 +25,7 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
     "eval": ("evaluation.cli:main", "evaluate: glue | squad | ner | intrinsic"),
     "pipeline": ("flows.pipeline:main", "run the whole pipeline (or one stage) as a Prefect flow"),
     "recipe": ("flows.recipe:main", "run a recipe: the pipeline, then its model vs random init vs MiniLM"),
+    "submit": ("flows.submit:main", "submit a Ray Job (ray job submit), refusing first a too-large working_dir upload"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),
 }

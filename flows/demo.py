@@ -24,11 +24,15 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flows.demo", description=__doc__.splitlines()[0])
     p.add_argument("--output-root", default="runs/demo", help="where everything lands (default runs/demo)")
     p.add_argument("--max-steps", type=int, default=300, help="pretraining steps of the tiny model (default 300)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     from flows.pipeline import pretraining_pipeline
 

@@ -45,6 +45,9 @@ DEPLOYMENTS = (
 )
 
 
+DEFAULT_OUTPUT_ROOT = "runs/prefect"  # output_root of the deployments registered without --config
+
+
 def _parser(prog: str, what: str) -> argparse.ArgumentParser:
     p = ArgParser(prog=prog, description=what)
     p.add_argument("--config", help="PipelineConfig YAML used as the deployments' default parameters (default: demo preset)")
@@ -61,7 +64,7 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
     from flows import pipeline
 
     # Without a config, the demo preset under runs/prefect: the folder prefect.yaml's deployments use.
-    output_root = args.output_root or (None if args.config else "runs/prefect")
+    output_root = args.output_root or (None if args.config else DEFAULT_OUTPUT_ROOT)
     cfg = pipeline.load_pipeline_config(args.config, output_root)
     params = {"config": cfg.model_dump(mode="json")}
     out = []

@@ -8,8 +8,11 @@ resubmitted under the next id (``...-r1``, ``-r2``): Ray never reuses a submissi
 The job runs ``python -m data_jobs.<job> --config <yaml>``; the YAML lives beside the stage's output
 (the cluster must see the same file system, as it must to write the output at all) and carries
 ``ray_address: auto`` so the job's driver joins the cluster it was submitted to instead of starting
-a private one. No job-level runtime_env is set: the data jobs set their workers' environment in
-``ray.init`` (``data_jobs.ray_util``), and Ray refuses to merge two that name the same variables. Ray 2.60 authenticates clients with a token: set ``RAY_AUTH_MODE=token`` and
+a private one. No job-level runtime_env is set, so nothing is uploaded: the data jobs set their
+workers' environment in ``ray.init`` (``data_jobs.ray_util``), and Ray refuses to merge two that name
+the same variables. A submission that does carry one (``bertflow submit``, ``flows.submit``) goes
+through the same ``_submit``, which first checks what its ``working_dir`` would upload
+(``flows.upload``). Ray 2.60 authenticates clients with a token: set ``RAY_AUTH_MODE=token`` and
 ``RAY_AUTH_TOKEN`` (or ``~/.ray/auth_token``) as on the cluster's nodes.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Callable, Optional
 import yaml
 
 from contracts.common import UserError, atomic_path
+from flows.upload import DEFAULT_LIMIT_MB, check_runtime_env
 
 ACTIVE = {"PENDING", "RUNNING"}
 MAX_RESUBMITS = 5
@@ -124,13 +128,18 @@ def submit_or_attach(
     raise RuntimeError(f"ray job for {job} {chash} failed {MAX_RESUBMITS + 1} times; giving up")
 
 
-def _submit(client, entrypoint: str, sid: str, metadata: dict, log, patience_s: float = 90.0) -> None:
+def _submit(client, entrypoint: str, sid: str, metadata: dict, log, patience_s: float = 90.0,
+            runtime_env: Optional[dict] = None, runtime_env_source: str = "runtime env",
+            max_upload_mb: float = DEFAULT_LIMIT_MB) -> None:
     """Submit, waiting out the head's start-up: its job agent answers 500 'No available agent' for a
-    while after the dashboard is already up. Other errors are raised at once."""
+    while after the dashboard is already up. Other errors are raised at once. A ``runtime_env`` whose
+    local ``working_dir`` would upload more than ``max_upload_mb`` is refused (one-line UserError naming
+    the biggest entries) before anything is sent."""
+    check_runtime_env(runtime_env, runtime_env_source, max_upload_mb)
     delay, deadline = 1.0, time.monotonic() + patience_s
     while True:
         try:
-            client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata=metadata)
+            client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata=metadata, runtime_env=runtime_env)
             return
         except RuntimeError as err:
             if "No available agent" not in str(err) or time.monotonic() > deadline:

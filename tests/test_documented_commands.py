@@ -4,9 +4,11 @@ themselves, so an edit that breaks one fails here.
 - README's "A typical run by hand" data lines, from a directory whose ``../shared/data`` is a tiny copy
   of the real corpus (same files, cut short), then train (with ``--max-steps 2`` appended: later flags
   win) and export;
-- README's ``ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m data_jobs.instances_job
+- README's ``bertflow submit --runtime-env cluster/ray/runtime_env.yaml -- python -m data_jobs.instances_job
   --config inst.yaml`` on a real local Ray head with token authentication (``RAY_ADDRESS`` set as a
-  user would), and docs/scaling.md's ``ray get-auth-token --generate`` in a fresh HOME;
+  user would); the same command refusing, in one line and before any upload, a working directory
+  holding a 20 MB file; a failing job's exit code passed through; docs/scaling.md's
+  ``ray get-auth-token --generate`` in a fresh HOME;
 - the deployment-resume command of docs/flows.md and prefect.yaml against a real Prefect server.
 """
 from __future__ import annotations
@@ -83,8 +85,10 @@ def test_readme_run_by_hand(tiny_shared):
         if cmd.startswith("bertflow train"):
             cmd += " --max-steps 2 --save-every 2"
         _run(cmd, tiny_shared, env, timeout=HANG_S)
-    assert (tiny_shared / "out" / "inst128" / "manifest.json").is_file()
-    assert (tiny_shared / "hf" / "mini" / "config.json").is_file()
+    assert (tiny_shared / "runs" / "inst128" / "manifest.json").is_file()
+    assert (tiny_shared / "runs" / "hf-mini" / "config.json").is_file()
+    # Everything landed under runs/ (ignored by git and by the Ray upload): nothing else in the work dir.
+    assert sorted(p.name for p in tiny_shared.iterdir()) == ["runs"]
 
 
 class _Head(RayCluster):
@@ -102,24 +106,61 @@ def ray_head(tmp_path_factory):
         head.stop()
 
 
+SUBMIT = re.search(r"`(bertflow submit --runtime-env cluster/ray/runtime_env.yaml -- python -m "
+                   r"data_jobs.instances_job --config inst.yaml)`", README).group(1)
+
+
+def _jobs(head) -> list[str]:
+    code = ("from ray.job_submission import JobSubmissionClient as C; "
+            f"print('JOBS', *[j.submission_id for j in C('http://127.0.0.1:{head.dashboard_port}').list_jobs()])")
+    proc = subprocess.run([sys.executable, "-c", code], env=head.env, capture_output=True, text=True, timeout=120)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("JOBS")]
+    assert line, proc.stderr[-2000:]
+    return line[0].split()[1:]
+
+
 def test_readme_ray_job_submit_instances(ray_head, tiny_shared, tmp_path):
-    cmd = re.search(r"`(ray job submit --runtime-env cluster/ray/runtime_env.yaml -- python -m "
-                    r"data_jobs.instances_job --config inst.yaml)`", README).group(1)
-    docs = tiny_shared / "out" / "docs"
+    docs = tiny_shared / "runs" / "docs"
     if not (docs / "manifest.json").is_file():
         pytest.skip("needs the documents of test_readme_run_by_hand")
     out = tmp_path / "inst_ray"
     # The job runs in a copy of the working directory: its config lies there, with absolute paths.
     cfg = REPO / "inst.yaml"
-    cfg.write_text(f"shards_dir: {docs}\nvocab_dir: {tiny_shared / 'out' / 'vocab'}\noutput_dir: {out}\n"
+    cfg.write_text(f"shards_dir: {docs}\nvocab_dir: {tiny_shared / 'runs' / 'vocab'}\noutput_dir: {out}\n"
                    "max_seq_length: 64\ndupe_factor: 1\n")
     try:
         env = {**ray_head.env, "RAY_ADDRESS": f"http://127.0.0.1:{ray_head.dashboard_port}"}
-        proc = _run(cmd, REPO, env)
+        proc = _run(SUBMIT, REPO, env)
     finally:
         cfg.unlink()
-    assert "succeeded" in proc.stdout + proc.stderr
+    assert "succeeded" in proc.stderr
+    assert "documents" in proc.stdout  # the job's own log, streamed
     assert (out / "manifest.json").is_file() and list(out.rglob("*.parquet"))
+
+
+def test_submit_refuses_a_big_upload_before_sending_it(ray_head, tmp_path):
+    """The README's command in a working directory whose non-excluded folder holds a 20 MB file."""
+    work = tmp_path / "work"
+    (work / "cluster" / "ray").mkdir(parents=True)
+    shutil.copy(REPO / "cluster" / "ray" / "runtime_env.yaml", work / "cluster" / "ray")
+    (work / "data").mkdir()
+    with open(work / "data" / "big.bin", "wb") as fh:
+        fh.write(b"\0" * 20_000_000)
+    env = {**ray_head.env, "RAY_ADDRESS": f"http://127.0.0.1:{ray_head.dashboard_port}"}
+    before = _jobs(ray_head)
+    proc = subprocess.run(["bash", "-c", SUBMIT], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertflow: error: cluster/ray/runtime_env.yaml: "), proc.stderr
+    assert "data/ 20.0 MB" in lines[0] and "data/big.bin" in lines[0], lines[0]
+    assert _jobs(ray_head) == before  # nothing submitted
+    # Excluded, the same directory goes: and the job's exit code is the command's.
+    (work / ".rayignore").write_text("data/\n")
+    proc = subprocess.run(["bash", "-c", SUBMIT.split(" -- ")[0] + " -- python -c 'import sys; sys.exit(3)'"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "failed (exit code 3)" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(_jobs(ray_head)) == len(before) + 1
 
 
 def test_scaling_ray_get_auth_token(tmp_path):

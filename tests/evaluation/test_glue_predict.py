@@ -223,7 +223,7 @@ BUDGET = "--learning-rates 1e-3 --seeds 1 --max-steps 1 --max-train-examples 8 -
 def test_documented_predict_commands_run(doc, marker, tiny_hf, shared_data, tmp_path, monkeypatch, capsys):
     cmds = _commands((REPO / doc).read_text(), marker)
     assert any("--save-models best" in c for c in cmds) and any("--predict-only" in c for c in cmds), cmds
-    # work/ with ../shared/data/glue (cut short), hf/mini (a tiny model) and a held-out heldout/glue/SST-2
+    # work/ with ../shared/data/glue (cut short), the commands' model (a tiny one) and a held-out heldout/glue/SST-2
     work = tmp_path / "work"
     for task in ("SST-2", "MRPC", "STS-B"):
         for f in ("train.tsv", "dev.tsv", "test.tsv"):
@@ -232,7 +232,8 @@ def test_documented_predict_commands_run(doc, marker, tiny_hf, shared_data, tmp_
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_text("".join(lines[:17]), encoding="utf-8")
     _held_out(tmp_path / "shared" / "data", work / "heldout" / "glue", "SST-2")
-    shutil.copytree(tiny_hf, work / "hf" / "mini")
+    first = shlex.split(next(c for c in cmds if "--predict-only" not in c))
+    shutil.copytree(tiny_hf, work / first[first.index("--model") + 1])  # hf/mini, runs/hf-mini
     monkeypatch.chdir(work)
     for cmd in cmds:
         argv = shlex.split(cmd)[2:]
