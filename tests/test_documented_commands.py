@@ -113,7 +113,7 @@ SUBMIT = re.search(r"`(bertflow submit --runtime-env cluster/ray/runtime_env.yam
 def _jobs(head) -> list[str]:
     code = ("from ray.job_submission import JobSubmissionClient as C; "
             f"print('JOBS', *[j.submission_id for j in C('http://127.0.0.1:{head.dashboard_port}').list_jobs()])")
-    proc = subprocess.run([sys.executable, "-c", code], env=head.env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], env=head.env, capture_output=True, text=True, timeout=HANG_S)
     line = [x for x in proc.stdout.splitlines() if x.startswith("JOBS")]
     assert line, proc.stderr[-2000:]
     return line[0].split()[1:]
@@ -148,7 +148,7 @@ def test_submit_refuses_a_big_upload_before_sending_it(ray_head, tmp_path):
         fh.write(b"\0" * 20_000_000)
     env = {**ray_head.env, "RAY_ADDRESS": f"http://127.0.0.1:{ray_head.dashboard_port}"}
     before = _jobs(ray_head)
-    proc = subprocess.run(["bash", "-c", SUBMIT], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(["bash", "-c", SUBMIT], cwd=work, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bertflow: error: cluster/ray/runtime_env.yaml: "), proc.stderr
@@ -157,7 +157,7 @@ def test_submit_refuses_a_big_upload_before_sending_it(ray_head, tmp_path):
     # Excluded, the same directory goes: and the job's exit code is the command's.
     (work / ".rayignore").write_text("data/\n")
     proc = subprocess.run(["bash", "-c", SUBMIT.split(" -- ")[0] + " -- python -c 'import sys; sys.exit(3)'"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=work, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "failed (exit code 3)" in proc.stderr and "Traceback" not in proc.stderr
     assert len(_jobs(ray_head)) == len(before) + 1

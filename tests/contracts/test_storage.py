@@ -15,6 +15,7 @@ import pytest
 from contracts.common import UserError
 from contracts.lease import LOCK_NAME, acquire
 from contracts.storage import LocalLocation, ObjectLocation, is_uri, location
+from hang import HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,7 +140,7 @@ def test_two_writer_processes_race_exactly_one_wins_five_times(loc, tmp_path):
         start = time.time() + 1.5
         procs = [subprocess.Popen([sys.executable, "-c", RACER, target.uri, str(start)], env=env, cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        outs = [p.communicate(timeout=300) for p in procs]
+        outs = [p.communicate(timeout=HANG_S) for p in procs]
         codes = sorted(p.returncode for p in procs)
         assert codes == [0, 2], (attempt, outs)
         refusal = next(o for o, p in zip(outs, procs) if p.returncode == 2)[0]
