@@ -13,6 +13,7 @@ themselves, so an edit that breaks one fails here.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -75,8 +76,22 @@ def tiny_shared(shared_data, tmp_path_factory) -> Path:
     return root / "work"
 
 
+def _setup_line() -> str:
+    """README's set-up command, as written; its `make install` part is what `make test` already did."""
+    (line,) = _block_after(README, "The set-up for every command")
+    make, activate = line.split(" && ", 1)
+    assert make == "make install" and activate.startswith(". .venv/bin/activate"), line
+    return activate.split("#")[0].strip()
+
+
 def test_readme_run_by_hand(tiny_shared):
+    """Each command pasted into a shell at the repository root after the set-up (here: then `cd` to a work
+    directory whose ../shared/data is a tiny copy): PATH holds no bertflow before the set-up."""
+    if not (REPO / ".venv" / "bin" / "activate").is_file():
+        pytest.skip("the README's set-up makes .venv at the repository root; this run uses another environment")
     env = base_env()
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not Path(p, "bertflow").exists())
+    setup = f"cd {shlex.quote(str(REPO))} && {_setup_line()} && cd {shlex.quote(str(tiny_shared))} && "
     cmds = _block_after(README, "A typical run by hand")
     assert cmds[0].startswith("bertflow data shard") and any(c.startswith("bertflow train") for c in cmds)
     for cmd in cmds:
@@ -84,7 +99,7 @@ def test_readme_run_by_hand(tiny_shared):
             continue  # evaluation is covered by tests/evaluation (GLUE fine-tuning takes minutes)
         if cmd.startswith("bertflow train"):
             cmd += " --max-steps 2 --save-every 2"
-        _run(cmd, tiny_shared, env, timeout=HANG_S)
+        _run(setup + cmd, tiny_shared, env, timeout=HANG_S)
     assert (tiny_shared / "runs" / "inst128" / "manifest.json").is_file()
     assert (tiny_shared / "runs" / "hf-mini" / "config.json").is_file()
     # Everything landed under runs/ (ignored by git and by the Ray upload): nothing else in the work dir.
