@@ -27,7 +27,7 @@ import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from contracts.common import NO_OUTPUT, Status, UserError, stable_hash, write_json_atomic
 from contracts.lock import others, output_lock
@@ -156,30 +156,30 @@ class StageDir:
         owned = self.owned()
         return [n for n in self.store.names() if n not in owned and not n.startswith(self.scratch)]
 
-    def refuse_foreign(self, who: str = "this job", prefix: str = "", advice: str = "use a new output dir") -> set[str]:
+    def refuse_foreign(self, what: str = "files this job did not write", prefix: str = "",
+                       advice: str = "use a new output dir") -> set[str]:
         """The owned names; a one-line UserError naming the first foreign file if there is one: a stage
         never overwrites or deletes a file its own records do not name (a user's notes, another tool's
         output)."""
         foreign = self.foreign()
         if foreign:
-            raise UserError(f"{prefix}{self.where}: not empty and holds files {who} did not write "
-                            f"({summary(foreign)}); {advice}")
+            raise UserError(f"{prefix}{self.where}: not empty and holds {what} ({summary(foreign)}); {advice}")
         return self.owned()
 
     # ------------------------------------------------------------ am I done
 
-    def status(self, config_hash: str, inputs: Mapping[str, Any]) -> Status:
+    def status(self, config_hash: str, inputs: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> Status:
         """done (the record matches this config and these inputs, and every file it lists is there) |
-        partial (a run of this config and inputs was interrupted, or lost files) | absent, with why."""
-        ident = stable_hash(dict(inputs))
+        partial (a run of this config and inputs was interrupted, or lost files) | absent, with why.
+        ``inputs`` may be a function: the inputs' identity (checksums) is then computed only when a
+        record of this config is there to compare it with."""
         rec = self.read_record()
         if rec is None:
-            work = self._work()
-            if work is not None and self._same(work, "config_hash", config_hash) and work.get("inputs") == dict(inputs):
-                return Status("partial", "an earlier run was interrupted", ident)
-            return Status("absent", NO_OUTPUT if not self.store.names() else "no stage record", ident)
+            return self._interrupted(config_hash, inputs)
         if not self._same(rec, self.hash_field, config_hash):
-            return Status("absent", "config differs", ident)
+            return Status("absent", "config differs")
+        inputs = _resolve(inputs)
+        ident = stable_hash(inputs)
         saved = rec.get("inputs") if isinstance(rec.get("inputs"), dict) else {}
         changed = [k for k in sorted(set(saved) | set(inputs)) if saved.get(k) != inputs.get(k)]
         if changed:
@@ -189,6 +189,15 @@ class StageDir:
         if missing:
             return Status("partial", f"{len(missing)} of {len(files)} files missing", ident)
         return Status("done", "complete", ident)
+
+    def _interrupted(self, config_hash: str, inputs: Any) -> Status:
+        """No record: partial where a run of this very config and inputs was cut short, else absent."""
+        work = self._work()
+        if work is not None and self._same(work, "config_hash", config_hash):
+            now = _resolve(inputs)
+            if work.get("inputs") == now:
+                return Status("partial", "an earlier run was interrupted", stable_hash(now))
+        return Status("absent", NO_OUTPUT if not self.store.names() else "no stage record")
 
     def _same(self, rec: dict, field: str, config_hash: str) -> bool:
         # A record without a kind predates the field: it is this stage's (its name says so).
@@ -225,6 +234,10 @@ class StageDir:
         for name in [self.record] + sorted(owned - {self.record, WORK}) + [WORK]:
             if name in owned:
                 self.store.delete(name)
+
+
+def _resolve(inputs: Any) -> dict:
+    return dict(inputs() if callable(inputs) else inputs)
 
 
 def _strings(value: Any) -> list[str]:

@@ -218,3 +218,17 @@ def test_done_only_right_after_a_commit(tmp_path_factory, ops):
             committed = True
     assert sd.status(H, INPUTS).done == committed
     assert sd.foreign() == []  # whatever was left is ours
+
+
+def test_inputs_are_computed_only_against_a_record_of_this_config(tmp_path):
+    """Checksumming inputs can be costly: with nothing (or another config's output) there, it is skipped."""
+    d = tmp_path / "out"
+
+    def never() -> dict:
+        raise AssertionError("inputs computed for nothing to compare with")
+
+    sd = StageDir.at(d, "x")
+    assert sd.status(H, never).fresh
+    _finished(d)
+    assert StageDir.at(d, "eval:glue").status("another", never).reason == "config differs"
+    assert StageDir.at(d, "eval:glue").status(H, lambda: INPUTS).done
