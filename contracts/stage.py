@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol
 
 from contracts.common import NO_OUTPUT, Status, UserError, stable_hash, write_json_atomic
 from contracts.lock import others, output_lock
@@ -106,7 +106,9 @@ class StageDir:
       another stage's output. record: the record's name. owns: the fixed names this stage writes (a
       run directory's ``metrics.jsonl``, an evaluation's ``report.md``), its own only once its record or
       work record is there: in a fresh directory a file of that name is the user's. hash_field: the
-      record's key holding the config hash (older records name it otherwise).
+      record's key holding the config hash (older records name it otherwise). A dataset's manifest is
+      a record too (its files are entries with a name); ``in_progress`` adds the names a job's own
+      per-part work records vouch for (the instances job's done-records).
     """
 
     store: Storage
@@ -115,6 +117,8 @@ class StageDir:
     owns: frozenset[str] = frozenset()
     hash_field: str = "config_hash"
     scratch: tuple[str, ...] = SCRATCH
+    claim_record: bool = False  # the record's name is reserved: ours even where unreadable (a manifest)
+    in_progress: Optional[Callable[[], Iterable[str]]] = None  # names a job's own work records vouch for
 
     @classmethod
     def at(cls, path: str | Path, kind: str, **kw: Any) -> "StageDir":
@@ -141,14 +145,18 @@ class StageDir:
     def owned(self) -> set[str]:
         """The names this stage's own records vouch for: the record and the files it lists, the work
         record and the names it announced, and ``owns`` once either record is there."""
-        names: set[str] = set()
+        names: set[str] = {self.record} if self.claim_record else set()
         rec, work = self.read_record(), self._work()
         if rec is not None:
-            names |= {self.record, *_strings(rec.get("files"))}
+            names.add(self.record)
+            if rec.get("kind", self.kind) == self.kind:  # another stage's record vouches for its own files
+                names |= set(_strings(rec.get("files")))
         if work is not None:
             names |= {WORK, *_strings(work.get("names"))}
         if rec is not None or work is not None:
             names |= self.owns
+        if self.in_progress is not None:
+            names |= set(self.in_progress())
         return names
 
     def foreign(self) -> list[str]:
@@ -212,16 +220,37 @@ class StageDir:
         before, rec = self._work() or {}, self.read_record() or {}
         # What the old record and a killed earlier run vouched for stays ours once the record is gone.
         announced = sorted(set(_strings(before.get("names"))) | set(_strings(rec.get("files"))) | set(names))
-        self.store.delete(self.record)
+        self.retract()
         self.store.write_json(WORK, {"kind": self.kind, "config_hash": config_hash, "inputs": dict(inputs),
                                      "names": announced})
+
+    @contextmanager
+    def writing(self, config_hash: str, inputs: Mapping[str, Any], names: Iterable[str] = ()) -> Iterator[None]:
+        """``begin`` for the block; a block that fails (a bad input found late) leaves its work record
+        only while it vouches for a name that is there: no directory holding nothing but bookkeeping."""
+        self.begin(config_hash, inputs, names)
+        try:
+            yield
+        except BaseException:
+            work = self._work()
+            if work is not None and not any(self.store.exists(n) for n in _strings(work.get("names"))):
+                self.end()
+            raise
+
+    def retract(self) -> None:
+        """Remove the record: from here the output no longer exists (before any file is rewritten)."""
+        self.store.delete(self.record)
+
+    def end(self) -> None:
+        """The output's own record (a manifest) is written: the work record has done its job."""
+        self.store.delete(WORK)
 
     def commit(self, files: Iterable[str], config_hash: str, inputs: Mapping[str, Any], **extra: Any) -> dict:
         """Write the record, last: from here the output exists. ``extra`` keys go into the record too."""
         rec = {**extra, "kind": self.kind, self.hash_field: config_hash, "inputs": dict(inputs),
                "files": sorted(set(files))}
         self.store.write_json(self.record, rec)
-        self.store.delete(WORK)
+        self.end()
         return rec
 
     def present(self, names: Iterable[str]) -> list[str]:
@@ -244,5 +273,6 @@ def _strings(value: Any) -> list[str]:
     """The names of a record's list (a hand-edited record with other things in it vouches for nothing)."""
     if not isinstance(value, list):
         return []
+    names = [v.get("name") if isinstance(v, dict) else v for v in value]  # a manifest's entries: {"name", ...}
     # Top-level names only: a record naming "..", "." or a path must never make us delete outside.
-    return [v for v in value if isinstance(v, str) and v not in ("", ".", "..") and "/" not in v and "\\" not in v]
+    return [v for v in names if isinstance(v, str) and v not in ("", ".", "..") and "/" not in v and "\\" not in v]

@@ -91,10 +91,10 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
         # A user's report.md or results.json there is refused, never overwritten.
         sd.refuse_foreign("files no evaluation wrote", advice="move them or use another output_dir")
         chash, inputs = cfg.config_hash(), input_identity(cfg)
-        sd.begin(chash, inputs, EVAL_FILES)
         import evaluation  # the package runs run_<kind>; imported here: it imports this module
 
-        results = getattr(evaluation, f"run_{kind}")(cfg)
+        with sd.writing(chash, inputs, EVAL_FILES):
+            results = getattr(evaluation, f"run_{kind}")(cfg)
         out = Path(cfg.output_dir)
         if not (out / RESULTS).is_file():
             write_json_atomic(out / RESULTS, results)

@@ -232,3 +232,40 @@ def test_inputs_are_computed_only_against_a_record_of_this_config(tmp_path):
     _finished(d)
     assert StageDir.at(d, "eval:glue").status("another", never).reason == "config differs"
     assert StageDir.at(d, "eval:glue").status(H, lambda: INPUTS).done
+
+
+def test_a_manifest_is_a_record_and_another_kinds_files_are_not_ours(tmp_path):
+    """A dataset's manifest (files as entries with a name) is a record; a record of another stage's
+    kind vouches for that stage's files, not ours."""
+    d = tmp_path / "ds"
+    manifest = {"kind": "vocab", "config_hash": H, "files": [{"name": "vocab.txt", "rows": 7, "sha256": "x"}]}
+    _write(d, "manifest.json", json.dumps(manifest).encode())
+    _write(d, "vocab.txt")
+    assert StageDir.at(d, "vocab", record="manifest.json").foreign() == []
+    assert StageDir.at(d, "instances", record="manifest.json").foreign() == ["vocab.txt"]
+
+
+def test_claimed_record_and_in_progress_names(tmp_path):
+    d = tmp_path / "ds"
+    _write(d, "manifest.json", b"{cut short")
+    _write(d, "part-00000.done.json")
+    plain = StageDir.at(d, "instances", record="manifest.json")
+    assert plain.foreign() == ["manifest.json", "part-00000.done.json"]
+    claimed = StageDir.at(d, "instances", record="manifest.json", claim_record=True,
+                          in_progress=lambda: {"part-00000.done.json"})
+    assert claimed.foreign() == []
+
+
+def test_a_failed_writer_leaves_no_bookkeeping_that_vouches_for_nothing(tmp_path):
+    d = tmp_path / "out"
+    sd = StageDir.at(d, "x")
+    with pytest.raises(UserError):
+        with sd.writing(H, INPUTS, ["results.json"]):
+            raise UserError("bad input found late")
+    assert not (d / WORK).exists()
+    with pytest.raises(UserError):
+        with sd.writing(H, INPUTS, ["results.json"]):
+            _write(d, "results.json", b"half")
+            raise UserError("failed after writing")
+    assert (d / WORK).exists() and sd.foreign() == []  # the half-written file stays ours to redo
+    assert sd.status(H, INPUTS).state == "partial"
