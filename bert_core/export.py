@@ -19,9 +19,9 @@ import torch
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
-from bert_core.stage import EXPORT_RECORD, export_status
-from contracts.common import ArgParser, UserError, run_main, write_json_atomic
-from contracts.lock import output_lock, others
+from bert_core.stage import EXPORT_HASH, export_stage, export_status
+from contracts.common import ArgParser, UserError, run_main
+from contracts.lock import output_lock
 
 # The export stage's status is torch-free (bert_core.stage); it is this job's own answer.
 status = export_status
@@ -36,6 +36,9 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
         return _write_export(checkpoint_or_run_dir, out_dir)
 
 
+HF_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")  # bert_core.hf.save_hf
+
+
 def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
     model, mc, vocab = load_model_from_checkpoint(checkpoint_or_run_dir)
     if not Path(vocab).is_file():
@@ -46,10 +49,11 @@ def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Pat
         saved = read_state(ckpt)
         lowercase = bool(saved.get("lowercase", True))
         _check_vocab(Path(vocab), saved.get("vocab_hash"))
-    (Path(out_dir) / EXPORT_RECORD).unlink(missing_ok=True)  # never vouch for a directory being rewritten
+    sd, source = export_stage(out_dir), identity(ckpt)
+    inputs = {"checkpoint": source}
+    sd.begin(EXPORT_HASH, inputs, HF_FILES)  # never vouch for a directory being rewritten
     path = save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
-    files = sorted(p.name for p in Path(path).iterdir() if p.is_file())
-    write_json_atomic(Path(path) / EXPORT_RECORD, {"checkpoint": ckpt.name, "source": identity(ckpt), "files": files})
+    sd.commit(sd.present(HF_FILES), EXPORT_HASH, inputs, checkpoint=ckpt.name, source=source)
     return path
 
 
@@ -100,15 +104,7 @@ def _export_cli(argv: Sequence[str] | None) -> int:
 def _refuse_foreign(out: Path) -> None:
     """The export replaces its whole directory: refuse one holding files an earlier export's record
     does not name (a user's notes, another model)."""
-    try:
-        owned = set(json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8")).get("files", []))
-    except (OSError, ValueError, AttributeError):
-        owned = set()
-    foreign = sorted(p.name for p in others(out) if p.name not in owned | {EXPORT_RECORD})
-    if foreign:
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise UserError(f"--out: {out}: not empty and holds files no export wrote ({foreign[0]}{more}); "
-                        "use a new output dir")
+    export_stage(out).refuse_foreign("files no export wrote", prefix="--out: ")
 
 
 def _export_locked(args) -> int:

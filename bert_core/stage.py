@@ -11,15 +11,14 @@ Run-directory layout facts used here (written by bert_core.train / bert_core.che
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from bert_core.identity import MARKER, identity
 from bert_core.train_config import TrainConfig
-from contracts.lock import others, output_lock
-from contracts.common import NO_OUTPUT, Status, UserError
+from contracts.common import Status
+from contracts.stage import StageDir
 
 RUN_CONFIG = "train_config.json"
 METRICS_FILE = "metrics.jsonl"  # bert_core.train_log.METRICS_FILE
@@ -64,61 +63,65 @@ def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
     return {name: identity(getattr(config, name)) for name in sorted(TrainConfig.input_fields)}
 
 
+RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, "checkpoints", "tensorboard"})  # what a run writes
+
+
+def run_stage(run_dir: str | Path) -> StageDir:
+    """A run directory as a stage location: its record is ``train_config.json`` (written when the run
+    starts: the directory is this config's from then on; each checkpoint's COMPLETE marker is what
+    makes a step exist), its names what a run writes."""
+    return StageDir.at(run_dir, "train", record=RUN_CONFIG, hash_field="resume_hash", owns=RUN_FILES)
+
+
 def status(config: TrainConfig) -> Status:
     """Training stage: done (every step checkpointed) | partial (resumable) | absent, for this config
     and these inputs."""
     run_dir = Path(config.output_dir)
-    try:
-        saved = json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Status("absent", NO_OUTPUT if not run_dir.exists() else "no finished run config")
-    if saved.get("resume_hash") != config.resume_hash():
-        return Status("absent", "config differs")
-    inputs = input_identity(config)
-    changed = [k for k, v in (saved.get("inputs") or inputs).items() if inputs.get(k) != v]
-    if changed:
-        return Status("absent", f"inputs changed: {', '.join(changed)}")
+    state = run_stage(run_dir).status(config.resume_hash(), lambda: input_identity(config))
+    if not state.done:
+        return state
     latest = latest_checkpoint(run_dir)
     if latest is not None and _step(latest) >= config.max_steps:
-        return Status("done", "complete")
-    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}")
+        return state
+    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}", state.inputs)
 
 
-RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, "checkpoints", "tensorboard"})  # what a run writes
+def refuse_foreign(run_dir: str | Path) -> None:
+    """A run writes only its own names (RUN_FILES): a directory holding anything else (a user's
+    metrics.jsonl in a fresh directory, notes beside a stale run) is refused with one line, untouched."""
+    run_stage(run_dir).refuse_foreign("files no run wrote", prefix="output_dir: ",
+                                      advice="move them or choose another directory")
 
 
 def discard(config: TrainConfig) -> None:
     """Remove a stale run (another config's or other inputs') from ``output_dir`` before training anew:
-    only what a run writes, under the directory's one-writer lock; a directory that also holds files
-    no run wrote is refused with one line (a user's notes are never deleted with the stale run)."""
-    run_dir = Path(config.output_dir)
-    if not ((run_dir / RUN_CONFIG).is_file() or (run_dir / "checkpoints").is_dir()):
+    only what the run's record vouches for, under the directory's one-writer lock; a directory that
+    also holds files no run wrote is refused with one line (a user's notes are never deleted with the
+    stale run)."""
+    sd = run_stage(config.output_dir)
+    if sd.read_record() is None and not (Path(config.output_dir) / "checkpoints").is_dir():
         return
-    with output_lock(run_dir):
-        foreign = sorted(p.name for p in others(run_dir) if p.name not in RUN_FILES)
-        if foreign:
-            raise UserError(f"output_dir: {run_dir} holds a stale run and files no run wrote ({foreign[0]}"
-                            f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}); move them or "
-                            "choose another directory")
-        for p in others(run_dir):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+    with sd.lock():
+        refuse_foreign(config.output_dir)
+        sd.remove_owned()
+
+
+EXPORT_HASH = "hf-export-1"  # an export has no config: this names the format (a change redoes exports)
+
+
+def export_stage(out_dir: str | Path) -> StageDir:
+    """An export directory as a stage location: its record names the checkpoint's content identity and
+    the files written."""
+    return StageDir.at(out_dir, "export", record=EXPORT_RECORD)
+
+
+def export_source(checkpoint_or_run_dir: str | Path) -> Optional[Path]:
+    """The checkpoint an export is made from: the run's latest, or the checkpoint given."""
+    src = Path(checkpoint_or_run_dir)
+    return latest_checkpoint(src) if (src / "checkpoints").is_dir() else src
 
 
 def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:
     """Export stage: done when ``out_dir`` holds the export of exactly this checkpoint's content."""
-    out = Path(out_dir)
-    try:
-        record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Status("absent", NO_OUTPUT if not others(out) else "no export record")  # (the lock is not output)
-    src = Path(checkpoint_or_run_dir)
-    ckpt = latest_checkpoint(src) if (src / "checkpoints").is_dir() else src
-    if not isinstance(record, dict) or record.get("source") != identity(ckpt):
-        return Status("absent", "inputs changed: checkpoint")
-    missing = [n for n in record.get("files", []) if not (out / n).is_file()]
-    if missing:
-        return Status("absent", f"{len(missing)} files missing")
-    return Status("done", "complete")
+    return export_stage(out_dir).status(
+        EXPORT_HASH, lambda: {"checkpoint": identity(export_source(checkpoint_or_run_dir))})

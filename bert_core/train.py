@@ -26,13 +26,14 @@ from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
 # The stage's status, its run-dir facts and its result live in a torch-free module (the flows ask a
 # skipped stage without importing torch); they are the training job's own, re-exported here.
-from bert_core.stage import RUN_CONFIG, TrainResult, discard, input_identity, status  # noqa: F401
+from bert_core.stage import (RUN_CONFIG, TrainResult, discard, input_identity, refuse_foreign,  # noqa: F401
+                             run_stage, status)
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
-from contracts.common import UserError, build_config, write_json_atomic
+from contracts.common import UserError, build_config
 from contracts.lock import output_lock
 from contracts.schema import Manifest
 
@@ -128,6 +129,8 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
                             "(other content)")
     elif saved.exists() or (run_dir / "checkpoints").exists():
         raise UserError(f"output_dir: {run_dir} already holds a run: {_occupied(config, run_dir)}")
+    else:
+        refuse_foreign(run_dir)  # a fresh run never writes over a user's metrics.jsonl (or beside their files)
 
 
 def _blocking_differences(old: TrainConfig, new: TrainConfig) -> list[str]:
@@ -266,8 +269,8 @@ def _run(config: TrainConfig, resume: bool) -> TrainResult:
         if plan.latest is not None:  # --resume previous-good: the damaged later ones never become latest
             for later in [c for c in plan.ckpt.all() if step_of(c) > step_of(plan.latest)]:
                 later.rename(later.with_name(f"damaged-{later.name}"))
-        write_json_atomic(run_dir / RUN_CONFIG, {"config": config.model_dump(mode="json"), "resume_hash": config.resume_hash(),
-                                                 "inputs": input_identity(config)})
+        # The run's record, before any step: the directory is this config's run from here on.
+        run_stage(run_dir).commit([], config.resume_hash(), input_identity(config), config=config.model_dump(mode="json"))
     config = plan.config
     engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,

@@ -34,10 +34,11 @@ import numpy as np
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
                               write_json_atomic)
-from contracts.lock import output_lock, others
+from contracts.lock import output_lock
 from data_jobs.config import InstancesConfig
 from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
+from contracts.stage import StageDir
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 # What a local worker imports (once, in the fork server): everything process_shard touches.
@@ -247,17 +248,11 @@ def _record_key(path: Path) -> dict | None:
         return None
 
 
-def _owned(out: Path) -> set[str]:
-    """Names in ``out`` that this job's own records vouch for: its manifest and the files it lists, its
-    done-records and the files they list. Anything else in the directory is the user's."""
-    names = {MANIFEST_NAME}
+def _in_progress(out: Path) -> set[str]:
+    """Names this job's own work records vouch for: the part files of the shards a killed run was
+    working on (unrecorded), every done-record and the files it lists."""
+    names: set[str] = set()
     try:
-        m = Manifest.read(out) if (out / MANIFEST_NAME).is_file() else None
-    except UserError:
-        m = None
-    if m is not None and m.kind == "instances":
-        names.update(f.name for f in m.files)
-    try:  # the shards a run was working on when it was killed: their part files are ours, unrecorded
         work = json.loads((out / WORK_RECORD).read_text(encoding="utf-8"))
         names.add(WORK_RECORD)
         names.update(p.name for s in work["shards"] for p in out.glob(f"part-{int(s):05d}-len[0-9][0-9][0-9][0-9].parquet"))
@@ -272,16 +267,17 @@ def _owned(out: Path) -> set[str]:
     return names
 
 
+def _stage(out: Path) -> StageDir:
+    """The instances dataset as a stage location (contracts.stage): the manifest is the record, the
+    done-records and the work record are this job's own work records."""
+    return StageDir.at(out, "instances", record=MANIFEST_NAME, claim_record=True, scratch=(".tmp-part-",),
+                       in_progress=lambda: _in_progress(out))
+
+
 def _refuse_foreign(out: Path) -> set[str]:
     """The owned names of ``out``; UserError if it holds anything else (a Spark output's part-*.parquet,
     a user's notes): a job never deletes or overwrites a file its own records do not name."""
-    owned = _owned(out)
-    foreign = sorted(p.name for p in others(out) if p.name not in owned and not p.name.startswith(".tmp-part-"))
-    if foreign:
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise UserError(f"{out}: not empty and holds files this job did not write ({foreign[0]}{more}); "
-                        "use a new output dir")
-    return owned
+    return _stage(out).refuse_foreign()
 
 
 def run(cfg: InstancesConfig) -> Manifest:
@@ -310,7 +306,7 @@ def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], i
     key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
     if existing is not None:
         # About to change files: the old manifest must not vouch for a half-updated directory.
-        (out / MANIFEST_NAME).unlink()
+        _stage(out).retract()
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(".tmp-part-*"):  # left by a killed worker; never valid
         stale.unlink()

@@ -25,6 +25,7 @@ from data_jobs.config import ShardConfig
 from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
+from contracts.stage import StageDir
 from data_jobs.shard_tasks import (
     done_record, find_duplicates, merge_shard, partition_units,
 )
@@ -119,17 +120,22 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, stat
                     json.dumps({**rec, "config_hash": f"{chash}:{ihash}"}), encoding="utf-8"
                 )
         # From here on the directory is being rewritten: it must not look finished.
-        (out / MANIFEST_NAME).unlink(missing_ok=True)
-    elif others(out):
-        ours = all(p.name == WORK or p.name.startswith((".tmp-", "shard-")) for p in others(out))
-        if not ours and not config.overwrite:
-            raise UserError(f"{out}: not empty and not a bertflow documents dataset; use a new output dir")
+        _stage(out).retract()
+    elif _stage(out).foreign() and not config.overwrite:
+        raise UserError(f"{out}: not empty and not a bertflow documents dataset; use a new output dir")
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("parts", "hashes", "drops"):
         shutil.rmtree(work / stale, ignore_errors=True)
     for tmp in out.glob(".tmp-shard-*"):  # left by a run killed mid-write
         tmp.unlink()
     return None
+
+
+def _stage(out: Path) -> StageDir:
+    """The documents dataset as a stage location (contracts.stage): the manifest is the record; the
+    work directory and shards a killed run wrote before its manifest are this job's own."""
+    return StageDir.at(out, "documents", record=MANIFEST_NAME, claim_record=True,
+                       in_progress=lambda: {WORK, *(p.name for p in others(out) if p.name.startswith("shard-"))})
 
 
 def _clear(out: Path, old: Manifest) -> None:

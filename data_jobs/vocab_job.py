@@ -25,8 +25,9 @@ from tokenizers import BertWordPieceTokenizer
 from tokenizers.normalizers import BertNormalizer
 
 from contracts.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
-from contracts.lock import output_lock, others
+from contracts.lock import output_lock
 from contracts.schema import MANIFEST_NAME, Manifest, file_entry
+from contracts.stage import StageDir
 from data_jobs.config import VocabConfig
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
@@ -122,20 +123,14 @@ def run(cfg: VocabConfig) -> Manifest:
         return _run_locked(cfg, out, source)
 
 
+def _stage(out: Path) -> StageDir:
+    """The vocab dataset as a stage location (contracts.stage): its manifest is the record."""
+    return StageDir.at(out, "vocab", record=MANIFEST_NAME, claim_record=True)
+
+
 def _refuse_foreign(out: Path) -> None:
     """A job never overwrites a file its own manifest does not name (a user's vocab.txt, notes...)."""
-    owned = {MANIFEST_NAME}
-    try:
-        m = Manifest.read(out) if (out / MANIFEST_NAME).is_file() else None
-    except UserError:
-        m = None
-    if m is not None and m.kind == "vocab":
-        owned.update(f.name for f in m.files)
-    foreign = sorted(p.name for p in others(out) if p.name not in owned and not p.name.startswith(".tmp-"))
-    if foreign:
-        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise UserError(f"{out}: not empty and holds files this job did not write ({foreign[0]}{more}); "
-                        "use a new output dir")
+    _stage(out).refuse_foreign()
 
 
 def _run_locked(cfg: VocabConfig, out: Path, source: str) -> Manifest:
@@ -150,15 +145,15 @@ def _run_locked(cfg: VocabConfig, out: Path, source: str) -> Manifest:
         print(state.line("vocab") + f": {out}", file=sys.stderr)
     if state.done:
         return Manifest.read(out)
-    # Never vouch for a stale vocab while it is remade.
-    (out / MANIFEST_NAME).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    if cfg.vocab_file:
-        with atomic_path(target) as tmp:
-            shutil.copyfile(cfg.vocab_file, tmp)
-    else:
-        train_vocab(cfg, target)
-    info = vocab_info(target, cfg.lowercase)
+    # Never vouch for a stale vocab while it is remade; vocab.txt stays ours if this run is killed.
+    sd = _stage(out)
+    with sd.writing(cfg.config_hash(), {"source": source}, [VOCAB_FILE]):
+        if cfg.vocab_file:
+            with atomic_path(target) as tmp:
+                shutil.copyfile(cfg.vocab_file, tmp)
+        else:
+            train_vocab(cfg, target)
+        info = vocab_info(target, cfg.lowercase)
     manifest = Manifest(
         kind="vocab",
         config=cfg.model_dump(mode="json"),
@@ -171,6 +166,7 @@ def _run_locked(cfg: VocabConfig, out: Path, source: str) -> Manifest:
                 "continuation_pieces": sum(t.startswith("##") for t in info.tokens()), "source_hash": source},
     )
     manifest.write(out)
+    sd.end()
     return manifest
 
 

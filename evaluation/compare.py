@@ -10,6 +10,7 @@ model's intrinsic curve over its checkpoints. Writes ``comparison.json``, ``comp
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from contracts.common import atomic_path, write_json_atomic
+from contracts.stage import StageDir
 from evaluation.config import GlueConfig
 from evaluation.glue_eval import run_glue
 
@@ -107,6 +109,47 @@ def compare_models(
     with atomic_path(out / "comparison.md") as tmp:
         tmp.write_text(comparison_markdown(comparison, "comparison.png"), encoding="utf-8")
     return {**comparison, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+
+
+COMPARE_FILES = ("comparison.json", "comparison.md", "comparison.png")
+
+
+def compare_stage(output_dir: str | Path, rows: Sequence[Mapping[str, Any]]) -> StageDir:
+    """The comparison's output location (contracts.stage): the report's three files and the GLUE
+    directories of the rows that keep their cells inside it (``glue-<row slug>``)."""
+    owns = frozenset(COMPARE_FILES) | {f"glue-{slug(r['name'])}" for r in rows}
+    return StageDir.at(output_dir, "compare", owns=owns)
+
+
+def read_comparison(output_dir: str | Path) -> dict:
+    """A finished comparison read back (what ``compare_models`` returned when it wrote it)."""
+    out = Path(output_dir)
+    comparison = json.loads((out / "comparison.json").read_text(encoding="utf-8"))
+    return {**comparison, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+
+
+def _made_before_records(sd: StageDir) -> bool:
+    """A comparison directory written before stage records existed: only names a comparison writes,
+    and a comparison.json that is one (its rows and budget). Adopted as ours, not refused."""
+    if sd.read_record() is not None or not set(sd.foreign()) <= sd.owns:
+        return False
+    old = sd.store.read_json("comparison.json")
+    return isinstance(old, dict) and {"rows", "budget"} <= set(old)
+
+
+def run_comparison(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], output_dir: str | Path,
+                   intrinsic: Mapping[str, Optional[Mapping]], sentence_task: str, cross: Mapping[str, Mapping],
+                   config_hash: str, inputs: Mapping[str, Any]) -> dict:
+    """``compare_models`` as a stage: under the directory's lock, a user's file there refused with one
+    line, the record (``config_hash``, ``inputs``) written last."""
+    sd = compare_stage(output_dir, rows)
+    with sd.lock():
+        if not _made_before_records(sd):
+            sd.refuse_foreign("files no comparison wrote", advice="move them or use another output_root")
+        sd.begin(config_hash, inputs, sd.owns)
+        result = compare_models(rows, glue, output_dir, intrinsic, sentence_task, cross)
+        sd.commit(sd.present(COMPARE_FILES), config_hash, inputs)
+    return result
 
 
 def _pm(v: Optional[Mapping]) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from bert_core.identity import identity
-from contracts.lock import output_lock
-from contracts.common import NO_OUTPUT, Status, write_json_atomic
+from contracts.common import Status, write_json_atomic
+from contracts.stage import StageDir
 from data_jobs.fanout import fan_out
 from evaluation.config import EvalBase
 
@@ -59,23 +59,22 @@ def input_identity(cfg: EvalBase) -> dict[str, Optional[str]]:
     return {name: identity(getattr(cfg, name)) for name in sorted(type(cfg).input_fields)}
 
 
+# Every name an evaluation writes into its output directory (contracts.stage: ours once announced; in a
+# fresh directory a file of one of these names is the user's, and is never overwritten).
+EVAL_FILES = frozenset({RESULTS, "report.md", "curve.png", "predictions.json", "cells", "models", "glue_test"})
+
+
+def stage_dir(kind: str, cfg: EvalBase) -> StageDir:
+    return StageDir.at(cfg.output_dir, kind, record=STAGE_RECORD, owns=EVAL_FILES)
+
+
 def status(kind: str, cfg: EvalBase) -> Status:
-    """done | absent for evaluation ``kind`` with this config and these inputs (an evaluation is not
-    resumable: anything short of done is redone)."""
-    out = Path(cfg.output_dir)
-    try:
-        record = json.loads((out / STAGE_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Status("absent", NO_OUTPUT if not (out / RESULTS).is_file() else "no stage record")
-    if not (out / RESULTS).is_file():
-        return Status("absent", f"{RESULTS} missing")
-    if record.get("kind") != kind or record.get("config_hash") != cfg.config_hash():
-        return Status("absent", "config differs")
-    inputs = input_identity(cfg)
-    changed = [k for k, v in (record.get("inputs") or {}).items() if inputs.get(k) != v]
-    if changed:
-        return Status("absent", f"inputs changed: {', '.join(changed)}")
-    return Status("done", "complete")
+    """done | partial | absent for evaluation ``kind`` with this config and these inputs (only GLUE
+    continues a partial run, from its cells; the others redo anything short of done)."""
+    state = stage_dir(kind, cfg).status(cfg.config_hash(), lambda: input_identity(cfg))
+    if state.done and not (Path(cfg.output_dir) / RESULTS).is_file():  # records before the file list
+        return Status("absent", f"{RESULTS} missing", state.inputs)
+    return state
 
 
 def read_results(cfg: EvalBase) -> dict:
@@ -87,14 +86,17 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
     state = state or status(kind, cfg)
     if state.done:
         return read_results(cfg)
-    out = Path(cfg.output_dir)
-    with output_lock(out):  # one writer per output directory (contracts.lock)
-        (out / STAGE_RECORD).unlink(missing_ok=True)  # never vouch for results being rewritten
+    sd = stage_dir(kind, cfg)
+    with sd.lock():  # one writer per output directory (contracts.lock)
+        # A user's report.md or results.json there is refused, never overwritten.
+        sd.refuse_foreign("files no evaluation wrote", advice="move them or use another output_dir")
+        chash, inputs = cfg.config_hash(), input_identity(cfg)
         import evaluation  # the package runs run_<kind>; imported here: it imports this module
 
-        results = getattr(evaluation, f"run_{kind}")(cfg)
+        with sd.writing(chash, inputs, EVAL_FILES):
+            results = getattr(evaluation, f"run_{kind}")(cfg)
+        out = Path(cfg.output_dir)
         if not (out / RESULTS).is_file():
             write_json_atomic(out / RESULTS, results)
-        write_json_atomic(out / STAGE_RECORD, {"kind": kind, "config_hash": cfg.config_hash(),
-                                               "inputs": input_identity(cfg)})
+        sd.commit(sd.present(EVAL_FILES), chash, inputs)
     return results

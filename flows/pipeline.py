@@ -20,12 +20,12 @@ from prefect import flow, get_run_logger
 from contracts.common import ArgParser, UserError, stable_hash, write_json_atomic
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
-from flows.tasks import data_job, evaluate_task, export_model, train_phase
+from flows.tasks import DataStage, EvalStage, ExportStage, TrainStage, run_stage
 
 
-def _retrying(task_fn, orch, retries: Optional[int] = None):
-    """The task with the config's retry count and backoff (Prefect repeats the last delay)."""
-    return task_fn.with_options(
+def _retrying(orch, retries: Optional[int] = None):
+    """The stage task with the config's retry count and backoff (Prefect repeats the last delay)."""
+    return run_stage.with_options(
         retries=orch.retries if retries is None else retries,
         retry_delay_seconds=list(orch.retry_delay_s) or 0,
     )
@@ -36,14 +36,16 @@ def prepare_data(config: PipelineConfig) -> dict[str, str]:
     """Document shards, vocab and instances for every phase; publishes a data statistics table."""
     plan = make_plan(config)
     orch = config.orchestration
-    job = _retrying(data_job, orch)
-    kw = dict(ray_job_address=orch.ray_job_address, job_python=orch.job_python)
-    manifests = {"documents": (plan.shard.output_dir, job("shard", plan.shard, **kw))}
-    manifests["vocab"] = (plan.vocab.output_dir, job("vocab", plan.vocab, **kw))
+    run = _retrying(orch)
+
+    def job(name: str, cfg):
+        return cfg.output_dir, run(DataStage(name, cfg, orch.ray_job_address, orch.job_python))
+
+    manifests = {"documents": job("shard", plan.shard), "vocab": job("vocab", plan.vocab)}
     for name, icfg in plan.instances.items():
-        manifests[f"instances:{name}"] = (icfg.output_dir, job("instances", icfg, **kw))
+        manifests[f"instances:{name}"] = job("instances", icfg)
     if plan.heldout is not None:
-        manifests["instances:heldout"] = (plan.heldout.output_dir, job("instances", plan.heldout, **kw))
+        manifests["instances:heldout"] = job("instances", plan.heldout)
     art.publish_table(art.KEY_DATA, art.stats_rows(manifests), "bertflow data statistics (one row per dataset)")
     return {stage: str(directory) for stage, (directory, _) in manifests.items()}
 
@@ -55,9 +57,9 @@ def pretrain(config: PipelineConfig) -> dict[str, Any]:
     orch = config.orchestration
     records = {}
     for name, tcfg in plan.train.items():
-        records[name] = _retrying(train_phase, orch, orch.train_retries)(name, tcfg)
+        records[name] = _retrying(orch, orch.train_retries)(TrainStage(name, tcfg))
     last = records[list(records)[-1]]
-    exported = _retrying(export_model, orch)(last["run_dir"], str(plan.export_dir))
+    exported = _retrying(orch)(ExportStage(last["run_dir"], str(plan.export_dir)))
     rows = []
     for name, rec in records.items():
         rows += [{"phase": name, **r} for r in art.read_metrics(rec["metrics_file"])]
@@ -79,7 +81,7 @@ def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[s
             out = Path(ecfg.output_dir)
             ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": str(out.with_name(
                 f"{out.name}-model-{stable_hash(model)[:8]}"))})
-        results[kind] = _retrying(evaluate_task, config.orchestration, 0)(kind, ecfg)
+        results[kind] = _retrying(config.orchestration, 0)(EvalStage(kind, ecfg))
     if results:
         art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
     else:

@@ -24,14 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from prefect import flow, task
+from prefect import flow
 from pydantic import Field
 
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from flows import artifacts as art
 from flows.config import GlueSpec, PipelineConfig, make_plan
 from flows.pipeline import preflight, pretraining_pipeline
-from flows.tasks import data_job, evaluate_task
+from flows.tasks import CompareStage, DataStage, EvalStage, run_stage
 
 KEY_COMPARISON = "bertflow-comparison"
 PRETRAINED, RANDOM, MINILM = "pretrained (this pipeline)", "random init (same shape)", "MiniLM (real weights)"
@@ -102,14 +102,6 @@ def _minilm(spec: ComparisonSpec) -> Optional[Path]:
     return path
 
 
-@task(name="compare-models")
-def compare_task(rows: list[dict], glue: dict, output_dir: str, intrinsic: dict, sentence_task: str,
-                 cross: Optional[dict] = None) -> dict:
-    from evaluation.compare import compare_models
-
-    return compare_models(rows, glue, output_dir, intrinsic, sentence_task, cross or {})
-
-
 def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
     """The pipeline scores the last phase's checkpoints; score the earlier phases' on the same held-out
     instances too, so the curve spans the whole pretraining (steps continue across phases)."""
@@ -124,7 +116,7 @@ def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
             out = Path(icfg.output_dir)
             cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": str(out.with_name(
                 f"{out.name}-{name}"))})
-            points = evaluate_task("intrinsic", cfg)["curve"]
+            points = run_stage(EvalStage("intrinsic", cfg))["curve"]
         curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
         offset += tcfg.max_steps
     return {**last, "curve": curve}
@@ -141,14 +133,14 @@ def _cross_task(plan, pipe: PipelineConfig, sentence_task: str, random_init: boo
     held_dir = Path(held.output_dir)
     cross = held.model_copy(update={"sentence_task": other, "output_dir": str(held_dir.with_name(
         f"{held_dir.name}-{other}"))})
-    data_job("instances", cross, ray_job_address=orch.ray_job_address, job_python=orch.job_python)
+    run_stage(DataStage("instances", cross, orch.ray_job_address, orch.job_python))
     out = Path(icfg.output_dir)
     scored = {}
     for name, random in ((PRETRAINED, False), (RANDOM, True))[: 2 if random_init else 1]:
         cfg = icfg.model_copy(update={"instances_dir": cross.output_dir, "all_checkpoints": False,
                                       "random_init": random, "output_dir": str(out.with_name(
                                           f"{out.name}-{other}{'-random-init' if random else ''}"))})
-        last = evaluate_task("intrinsic", cfg)["curve"][-1]
+        last = run_stage(EvalStage("intrinsic", cfg))["curve"][-1]
         scored[name] = {"task": other, "acc": last["nsp_acc"], "count": last["nsp_count"]}
     return scored
 
@@ -202,14 +194,14 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
             out = Path(icfg.output_dir)
             rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
                                            "output_dir": str(out.with_name(out.name + "-random-init"))})
-            intrinsic[RANDOM] = evaluate_task("intrinsic", rcfg)
+            intrinsic[RANDOM] = run_stage(EvalStage("intrinsic", rcfg))
     if minilm is not None:
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
                      "glue_dir": str(reference_glue_dir(plan.root, out_dir, spec, MINILM)),
                      **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     sentence_task = pipe.phases[-1].instances.sentence_task
     cross = _cross_task(plan, pipe, sentence_task, spec.random_init)
-    comparison = compare_task(rows, glue, str(out_dir), intrinsic, sentence_task, cross)
+    comparison = run_stage(CompareStage(rows, glue, str(out_dir), intrinsic, sentence_task, cross))
     md = Path(comparison["markdown"]).read_text(encoding="utf-8")
     art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),
                          f"pretrained vs random init vs MiniLM; files: {out_dir}")

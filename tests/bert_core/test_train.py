@@ -169,3 +169,20 @@ def test_tiny_run_on_real_text_learns(shared_data, bert_uncased_vocab, ray_local
     start = records[0]["mlm_loss"]
     end = sum(r["mlm_loss"] for r in records[-3:]) / 3
     assert start > 9.5 and end < start - 2.0, (start, end)
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "notes.txt"])
+def test_user_file_in_a_fresh_run_dir_is_refused_and_untouched(data, tmp_path, capsys, name):
+    """A fresh run writes metrics.jsonl (and only its own names): a user's file there is refused before
+    anything is written, in one line naming it, and keeps its bytes."""
+    out = tmp_path / "run"
+    out.mkdir()
+    body = b'{"step": 1, "loss": 0.5, "mine": true}\n'
+    (out / name).write_bytes(body)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"data_dir": str(data), "output_dir": str(out), "micro_batch_size": 4,
+                                   "max_steps": 2, "save_every": 1, "tensorboard": False}))
+    code, line = _cli(capsys, ["--config", str(cfg)])
+    assert code == 2 and line.startswith("bertflow: error: output_dir: ") and name in line, line
+    assert (out / name).read_bytes() == body
+    assert sorted(p.name for p in out.iterdir()) == [name]  # no run config, no checkpoint, no lock

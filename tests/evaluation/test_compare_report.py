@@ -54,3 +54,41 @@ def test_no_sentence_task_has_no_sentence_columns():
     assert "| phase | step | MLM acc | MLM perplexity |\n|---|---|---|---|\n| seq128 | 20 | 0.1480 | 534.00 |\n" in md
     nsp = comparison_markdown({"rows": [pre, rnd], "sentence_task": "nsp", "budget": budget})
     assert "| pre | 81.0 ± 1.0 | 55.0 ± 0.0 | 68.0 ± 0.0 | 14.8 | n/a |\n" in nsp and "| NSP acc |" in nsp
+
+
+ROWS = [{"name": "pre", "model_path": "/m", "random_init": False},
+        {"name": "ref", "model_path": "/ref", "random_init": False, "glue_dir": "/elsewhere/ref"}]
+
+
+def test_user_file_in_a_comparison_dir_is_refused_before_any_fine_tuning(tmp_path):
+    """The comparison is a stage (contracts.stage): a user's comparison.md there is refused in one line
+    and kept byte for byte; nothing is fine-tuned, nothing written."""
+    import pytest
+
+    from contracts.common import UserError
+    from evaluation.compare import run_comparison
+
+    out = tmp_path / "compare" / "x"
+    out.mkdir(parents=True)
+    (out / "comparison.md").write_bytes(b"# my notes\n")
+    with pytest.raises(UserError) as err:
+        run_comparison(ROWS, {"tasks": ["SST-2"]}, out, {}, "nsp", {}, "h", {})
+    assert "\n" not in str(err.value) and "comparison.md" in str(err.value)
+    assert (out / "comparison.md").read_bytes() == b"# my notes\n"
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.md"]
+
+
+def test_a_comparison_made_before_records_is_adopted_only_by_its_signature(tmp_path):
+    import json
+
+    from evaluation.compare import _made_before_records, compare_stage
+
+    out = tmp_path / "x"
+    (out / "glue-pre").mkdir(parents=True)
+    (out / "comparison.json").write_text(json.dumps({"rows": [], "budget": {}}))
+    assert _made_before_records(compare_stage(out, ROWS))
+    (out / "notes.txt").write_text("mine")  # a user's file beside it: not adopted
+    assert not _made_before_records(compare_stage(out, ROWS))
+    (out / "notes.txt").unlink()
+    (out / "comparison.json").write_text("my own json, not a comparison")
+    assert not _made_before_records(compare_stage(out, ROWS))

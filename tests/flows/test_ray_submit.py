@@ -30,15 +30,14 @@ from pathlib import Path
 from prefect import flow
 from data_jobs.config import ShardConfig
 from flows.ray_jobs import submit_or_attach, _client, job_key
-from flows.tasks import data_job
-from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
+from flows.tasks import DataStage, run_stage
 
 address, corpus, out, cfg_file = sys.argv[1:5]
 cfg = ShardConfig(inputs=[corpus], output_dir=out, num_shards=2, num_workers=1)
 
 @flow
 def shard_via_ray_job():  # the pipeline's own task, as prepare_data calls it
-    return data_job("shard", cfg, ray_job_address=address, job_python=sys.executable)
+    return run_stage(DataStage("shard", cfg, address, sys.executable))
 
 first = {}
 t = threading.Thread(target=lambda: first.update(state=shard_via_ray_job(return_state=True)))
