@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from flowtest_support import BIN, free_port, stop
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.shared_data]
 
@@ -32,7 +33,7 @@ from data_jobs.config import ShardConfig
 from flows.ray_jobs import submit_or_attach, _client, job_key
 from flows.tasks import DataStage, run_stage
 
-address, corpus, out, cfg_file = sys.argv[1:5]
+address, corpus, out, cfg_file, hang_s = sys.argv[1:6]
 cfg = ShardConfig(inputs=[corpus], output_dir=out, num_shards=2, num_workers=1)
 
 @flow
@@ -43,7 +44,7 @@ first = {}
 t = threading.Thread(target=lambda: first.update(state=shard_via_ray_job(return_state=True)))
 t.start()
 client = _client(address)
-deadline = time.monotonic() + HANG_S
+deadline = time.monotonic() + float(hang_s)  # tests/hang.py's guard, passed in
 while not client.list_jobs():  # wait until the flow has submitted, then submit the same stage again
     if not t.is_alive() or time.monotonic() > deadline:
         sys.exit("first submission ended or stalled before its job appeared")
@@ -115,7 +116,7 @@ def test_shard_stage_as_ray_job(ray_head, harness, sample_text, tmp_path):
     out = tmp_path / "documents"
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml")],
+            [sys.executable, "-c", CLIENT, ray_head["address"], str(sample_text), str(out), str(tmp_path / "job.yaml"), str(HANG_S)],
             env={**ray_head["env"], "PREFECT_API_URL": harness}, capture_output=True, text=True, timeout=HANG_S,
         )
     except subprocess.TimeoutExpired as err:

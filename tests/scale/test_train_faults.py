@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 from scale_support import DS_ARGS, REPO, base_env, flip_bytes, free_port, kill_group, losses, run_cli, truncate_file
 
@@ -39,7 +40,6 @@ import os, sys, time
 from pathlib import Path
 import torch
 import bert_core.checkpoint as ck
-from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 step, point, flag = int(os.environ["KILL_STEP"]), os.environ["KILL_POINT"], Path(os.environ["KILL_FLAG"])
 tmp_name = ".tmp-step_%08d" % step
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 from scale_support import DS_ARGS, REPO, base_env, losses, run_cli, tree_bytes, write_corpus
 
@@ -45,7 +46,6 @@ instances_job.run(build_config(InstancesConfig, dict(shards_dir=root + "/docs", 
 PINNED = r"""
 import importlib, itertools, sys, ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 turn = itertools.cycle(sys.argv[2].split(","))
 real_remote = ray.remote
 class Pinned:
