@@ -1,20 +1,21 @@
 """Loader memory, time to first batch and collation rate at 1x / 4x / 8x of an instances dataset built
-from the shared Gutenberg books, read per rank with positioned reads (``storage="pread"``, the
-default), memory-mapped (``mmap``) and the old whole load (``memory``), measured in the same run,
-interleaved, in fresh processes.
+from the shared Gutenberg books, read per rank from local disk (in place) and from object storage (a real
+S3-compatible server on 127.0.0.1, moto's server mode, through the loader's bounded node-local cache),
+measured in the same run, interleaved, in fresh processes.
 
     .venv/bin/python bench/bench_loader.py [--mb 3] [--dupe 2] [--repeats 3] [--world 8] [--batch 64]
-                                           [--storages pread,mmap,memory]
+                                           [--storages local,s3]
 
 Datasets: one shard/vocab job on ``--mb`` MB of books, then the instances job at dupe factors
-d, 4d, 8d (each dupe round has its own seed-derived masks), so the sizes are 1x / 4x / 8x.
-Each measurement is one fresh Python process acting as rank 0 of ``--world`` ranks: peak RSS
-(VmHWM) and anonymous RSS after the dataset is open and ``--batches`` micro batches were collated,
-time from the start of ``InstanceDataset(...)`` to the first batch, and collation rate (seq/s). The
-decoded copy that ``pread`` and ``mmap`` read is built once per dataset before the timed runs (its build time is
-printed separately: it is a once-per-node cost). Then a loader-share measurement: a small BERT
-training step on CPU fed by the loader with and without the prefetch thread.
-Targets (issue 11): peak RSS of a rank grows < 10 % from 1x to 8x; time to first batch flat; >= 400k seq/s.
+d, 4d, 8d (each dupe round has its own seed-derived masks), so the sizes are 1x / 4x / 8x; each is
+also uploaded to a bucket of the test server. Each measurement is one fresh Python process acting as
+rank 0 of ``--world`` ranks: peak RSS (VmHWM) and anonymous RSS after the dataset is open and
+``--batches`` micro batches were collated, time from the start of ``InstanceDataset(...)`` to the first
+batch (for s3: including fetching the files it needs into an empty cache), and collation rate (seq/s).
+Then a loader-share measurement: a small BERT training step on CPU fed by the loader with and without
+the prefetch thread.
+Targets: peak RSS of a rank grows < 10 % from 1x to 8x; from s3 >= 15,000 seq/s a rank at seq 128,
+with peak RSS as bounded as from local disk.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def status(key):
 data, storage, world, batch, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 base_rss = status("VmRSS:")
 t0 = time.perf_counter()
-ds = InstanceDataset(data, storage=storage)
+ds = InstanceDataset(data)
 loader = BatchLoader(ds, batch, rank=0, world_size=world, seed=0)
 next(loader)
 first = time.perf_counter() - t0
@@ -117,9 +118,11 @@ def build_datasets(shared: Path, tmp: Path, mb: float, dupe: int) -> dict[int, P
         ray.shutdown()
 
 
-def probe(data: Path, storage: str, args, env: dict) -> dict:
-    cmd = [sys.executable, "-c", PROBE, str(data), storage, str(args.world), str(args.batch), str(args.batches)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+def probe(data: str, storage: str, args, env: dict, cache: Path) -> dict:
+    cmd = [sys.executable, "-c", PROBE, data, storage, str(args.world), str(args.batch), str(args.batches)]
+    shutil.rmtree(cache, ignore_errors=True)  # s3: every probe starts from an empty node-local cache
+    proc = subprocess.run(cmd, env={**env, "BERTFLOW_LOADER_CACHE": str(cache)}, capture_output=True, text=True,
+                          timeout=600)
     if proc.returncode:
         raise SystemExit(proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -135,29 +138,39 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200, help="micro batches collated per probe")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--share-model", default="mini", help="model preset of the loader-share step")
-    ap.add_argument("--storages", default="pread,mmap,memory", help="comma-separated storages to compare")
+    ap.add_argument("--storages", default="local,s3", help="comma-separated: local (in place), s3 (test server)")
     args = ap.parse_args()
     storages = args.storages.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="bench_loader."))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "BERTFLOW_LOADER_CACHE": str(tmp / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     try:
         t = time.perf_counter()
         data = build_datasets(Path(args.shared_data), tmp, args.mb, args.dupe)
         print(f"datasets built from {args.mb} MB of books in {time.perf_counter() - t:.0f} s "
               f"(instances job, dupe {args.dupe} / {4 * args.dupe} / {8 * args.dupe})")
-        os.environ["BERTFLOW_LOADER_CACHE"] = env["BERTFLOW_LOADER_CACHE"]
-        from bert_core.loader import InstanceDataset
+        where = {(scale, "local"): str(d) for scale, d in data.items()}
+        if "s3" in storages:
+            sys.path.insert(0, str(REPO / "tests"))
+            from s3_server import S3Server
 
-        for scale, d in data.items():  # the once-per-node decode, outside the timed probes
-            t = time.perf_counter()
-            n = len(InstanceDataset(d))
-            print(f"{scale}x: {n:,} instances, {sum(f.stat().st_size for f in d.glob('*.parquet')) / 1e6:.1f} MB "
-                  f"Parquet; decoded copy built in {time.perf_counter() - t:.2f} s")
+            from contracts.storage import location
+
+            server = S3Server(tmp).start()
+            env.update(server.env())
+            os.environ.update(server.env())
+            bucket = server.new_bucket()
+            for scale, d in data.items():
+                where[(scale, "s3")] = f"s3://{bucket}/instances{scale}x"
+                remote = location(where[(scale, "s3")])
+                for f in sorted(d.iterdir()):
+                    remote.upload(f.name, f)
+        for scale, d in data.items():
+            print(f"{scale}x: {sum(f.stat().st_size for f in d.glob('*.parquet')) / 1e6:.1f} MB Parquet")
         res: dict = {}
         for _ in range(args.repeats):  # interleaved: every repeat runs every (scale, storage)
             for scale, d in data.items():
                 for storage in storages:
-                    res.setdefault((scale, storage), []).append(probe(d, storage, args, env))
+                    res.setdefault((scale, storage), []).append(probe(where[(scale, storage)], storage, args, env, tmp / "cache"))
         med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in res.items()}
         print(f"\nrank 0 of {args.world}, micro batch {args.batch}, medians of {args.repeats} interleaved runs")
         print(f"{'scale':>5} {'storage':>7} {'rows':>9} {'peak RSS MB':>11} {'anon MB':>8} {'file MB':>8} "
@@ -175,13 +188,16 @@ def main() -> None:
                 r = [a["rate"] / b["rate"] for a, b in zip(res[(scale, storages[0])], res[(scale, storage)])]
                 print(f"{scale}x collation rate {storages[0]}/{storage}: median ratio {statistics.median(r):.2f}")
         cmd = [sys.executable, "-c", SHARE, str(data[1]), args.share_model, str(args.batch), "1", "8"]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, env={**env, "BERTFLOW_LOADER_CACHE": str(tmp / "cache")}, capture_output=True,
+                              text=True, timeout=900)
         if proc.returncode:
             raise SystemExit(proc.stderr[-2000:])
         share = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"\nloader share of a {args.share_model} training step (batch {args.batch}, seq <= 128, 1 thread): "
               f"{100 * share['0']:.2f} % without prefetch, {100 * share['2']:.2f} % with prefetch 2 (time in next())")
     finally:
+        if "server" in locals():
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

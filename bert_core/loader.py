@@ -4,68 +4,59 @@ Shapes: B = micro batch, S = padded sequence length (the bin's upper bound), M =
 batch, G = global batch = B x grad_accum_steps x world size (the rows of one optimizer step).
 
 Invariants
+- The loader reads the Parquet files the instances job wrote, nothing else: in place on a file system,
+  or through a bounded, verified node-local cache of an object store's files (``loader_cache``). Rows
+  are decoded a block (one Parquet row group) at a time into a bounded in-memory cache; a rank's memory
+  holds the blocks of its current shuffle windows, never the dataset.
+- A row's length bin is the one rule of the instances job (``data_jobs.instance_stats.bin_uppers``):
+  the job records each file's bin in the manifest, so the loader computes nothing for its files.
 - The epoch plan is a pure function of (seed, epoch, dataset, G): every rank computes the same plan.
+  Per bin, the blocks are shuffled and taken in windows of about ``SHUFFLE_ROWS`` rows, whose rows are
+  shuffled together (the block shuffle of Mosaic Streaming and LDDL: random enough across a corpus
+  whose instances are already shuffled within each shard and round, and it reads each block once);
+  the bins' batches are then interleaved at random, each bin keeping its order.
   Micro batch k of a global batch is its rows [k*B, (k+1)*B); rank r takes micro batches
   k = a*world + r for a = 0..accum-1. The B-row groups of a step therefore do not depend on how G is
   split into world x accumulation, which is what lets a run resume on another world size (elastic).
 - A global batch holds rows of one length bin only (little padding); each bin's tail that does not
   fill a global batch is left out of that epoch (a different tail each epoch, since it is shuffled).
 - The cursor (epoch, next global batch, next micro batch within it) is all the state.
-- Storage: rows are read with positioned reads from a node-local decoded copy (``loader_cache``), so
-  a rank's memory does not grow with the dataset's tokens; only the per-row index (offsets, lengths,
-  bins: about 25 bytes a row) and the epoch plan (8 bytes a row) are in RAM. ``storage="mmap"`` maps
-  the copy instead and ``storage="memory"`` keeps the old whole-load path (both for comparison).
 - Collation is vectorised over flat values/offsets arrays (no per-row Python); a background thread
   collates the next micro batches (``prefetch``), which never changes what a batch holds.
 """
 from __future__ import annotations
 
-import mmap
 import queue
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 from bert_core.config import ModelConfig
-from bert_core.loader_cache import interleave, open_cache, take_ranges
-from data_jobs.ragged import gather_ranges
+from bert_core.loader_cache import FileSource
 from contracts.common import UserError
 from contracts.schema import Manifest
+from contracts.storage import LocalLocation, location
+from data_jobs.instance_stats import bin_uppers
+from data_jobs.ragged import gather_ranges
 
 DEFAULT_BIN_SIZE = 32
-RELEASE_EVERY = 64  # micro batches between two release_pages() calls (bounded RSS on mmap storage)
+SHUFFLE_ROWS = 1 << 16  # rows shuffled together: a window of blocks of about this many rows, per bin
+BLOCK_CACHE_BYTES = 1 << 30  # decoded blocks kept per dataset (at least two windows' worth)
+PLAN_VERSION = 2  # 2: block-window shuffle over the job's own files (1: a whole-dataset shuffle of a decoded copy)
+COLUMNS = ["input_ids", "segment_a_len", "masked_positions", "masked_ids", "nsp_label"]
 
 
-class _Ragged:
-    """A list column as (values, offsets) numpy arrays; row i = values[offsets[i]:offsets[i+1]]."""
-
-    def __init__(self, values: np.ndarray, offsets: np.ndarray):
-        self.values, self.offsets = values, offsets
-
-    @classmethod
-    def from_chunks(cls, chunks: list) -> "_Ragged":
-        vals, offs, base = [], [np.zeros(1, np.int64)], 0
-        for arr in chunks:
-            o = arr.offsets.to_numpy().astype(np.int64)
-            # .values ignores a slice's start: take exactly the referenced range.
-            vals.append(arr.values.slice(o[0], o[-1] - o[0]).to_numpy(zero_copy_only=False))
-            offs.append(o[1:] - o[0] + base)
-            base += int(o[-1] - o[0])
-        values = np.concatenate(vals) if vals else np.zeros(0, np.uint16)
-        return cls(values, np.concatenate(offs))
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-
-def _positive_int(d: Path, totals: dict, key: str) -> int:
+def _positive_int(d, totals: dict, key: str) -> int:
     value = totals[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UserError(f"{d / 'manifest.json'}: totals.{key} is {value!r}, not a positive integer (manifest edited?)")
+        raise UserError(f"{d}/manifest.json: totals.{key} is {value!r}, not a positive integer (manifest edited?)")
     return value
 
 
@@ -81,76 +72,133 @@ def _check_vocab_size(d: Path, vocab_size: int, vocab_file: Optional[str]) -> No
                         f"{tokens} tokens (manifest edited?)")
 
 
-class InstanceDataset:
-    """An instances dataset directory as flat columns (read on demand, mapped or loaded: ``storage``)."""
+@dataclass
+class _Block:
+    """Rows [first, first + rows) of the dataset: one row group of one file."""
 
-    def __init__(self, data_dir: str | Path, verify: str = "size", storage: str = "pread"):
-        self.dir = Path(data_dir)
-        self.manifest = Manifest.read(self.dir, kind="instances")
-        problems = self.manifest.verify_files(self.dir, deep=(verify == "deep")) if verify != "none" else []
-        if problems:
-            raise UserError(f"{self.dir}: {len(problems)} bad file(s): {problems[0]}")
+    file: int
+    group: int
+    first: int
+    rows: int
+
+
+class _Decoded:
+    """One block's columns as flat numpy arrays (row i's ids: ids[ids_off[i]:ids_off[i+1]])."""
+
+    def __init__(self, table: pa.Table):
+        def ragged(name):
+            arr = table.column(name).combine_chunks()
+            off = arr.offsets.to_numpy().astype(np.int64)
+            return arr.values.slice(off[0], off[-1] - off[0]).to_numpy(zero_copy_only=False), off - off[0]
+
+        self.ids, self.ids_off = ragged("input_ids")
+        self.mpos, self.m_off = ragged("masked_positions")
+        self.mids, _ = ragged("masked_ids")
+        self.sega = table.column("segment_a_len").to_numpy().astype(np.int64)
+        self.nsp = table.column("nsp_label").to_numpy().astype(np.int64)
+        self.lens = np.diff(self.ids_off)
+        self.nbytes = sum(a.nbytes for a in (self.ids, self.ids_off, self.mpos, self.m_off, self.mids, self.sega, self.nsp))
+
+
+class InstanceDataset:
+    """An instances dataset (a directory or an object-store prefix) read block by block."""
+
+    def __init__(self, data_dir: str | Path, verify: str = "size"):
+        self.loc = location(data_dir)
+        self.dir = Path(data_dir) if isinstance(self.loc, LocalLocation) else Path(str(data_dir))
+        self.manifest = Manifest.read(data_dir, kind="instances")
+        if verify != "none" and isinstance(self.loc, LocalLocation):  # cached copies are checked when fetched
+            problems = self.manifest.verify_files(self.dir, deep=(verify == "deep"))
+            if problems:
+                raise UserError(f"{self.dir}: {len(problems)} bad file(s): {problems[0]}")
         totals = self.manifest.totals
         for key in ("vocab_size", "max_seq_length", "max_predictions_per_seq"):
             if key not in totals:
-                raise UserError(f"{self.dir / 'manifest.json'}: totals lack {key!r}")
+                raise UserError(f"{data_dir}/manifest.json: totals lack {key!r}")
         self.vocab_size, self.max_seq_length, self.max_predictions = (
-            _positive_int(self.dir, totals, k) for k in ("vocab_size", "max_seq_length", "max_predictions_per_seq"))
+            _positive_int(data_dir, totals, k) for k in ("vocab_size", "max_seq_length", "max_predictions_per_seq"))
         self.vocab_hash = self.manifest.vocab_hash
         self.vocab_file = totals.get("vocab_file")
-        _check_vocab_size(self.dir, self.vocab_size, self.vocab_file)
+        if isinstance(self.loc, LocalLocation):
+            _check_vocab_size(self.dir, self.vocab_size, self.vocab_file)
         self.bin_size = int(self.manifest.config.get("length_bin_size", DEFAULT_BIN_SIZE))
-        if storage not in ("pread", "mmap", "memory"):
-            raise ValueError(f"storage {storage!r}: choose pread, mmap or memory")
-        self.storage = storage
-        self._load() if storage == "memory" else self._open(storage)
-        self._check_index()
+        self.files = sorted(self.manifest.files, key=lambda f: f.name)
+        self.source = FileSource(self.loc, self.manifest.identity())
+        self._pq: dict[int, pq.ParquetFile] = {}
+        self._cache: OrderedDict[int, _Decoded] = OrderedDict()
+        self._cache_bytes = 0
+        self._lock = threading.Lock()
+        self._index()
 
-    def _open(self, storage: str) -> None:
-        """Columns of the node-local decoded copy (built on first use), read or memory-mapped."""
-        maps = open_cache(self.dir, self.manifest, storage)
-        self._maps = [m for m in maps.values() if isinstance(m, np.memmap)]  # for release_pages
-        a = {k: m if not isinstance(m, np.ndarray) else np.asarray(m) for k, m in maps.items()}  # no memmap overhead
-        self.rows, self.ids_off, self.m_off = a["rows"], a["ids_off"], a["m_off"]
-        self.segment_a_len, self.nsp_label = a["sega"], a["nsp"]
-        self.lengths = a["lens"]
+    # ---- the index: blocks and each row's bin, from the manifest (the footers only where it is silent)
 
-    def _load(self) -> None:
-        """The old path: every column of every file concatenated in RAM (kept for comparison)."""
-        cols: dict[str, list] = {k: [] for k in ("input_ids", "segment_a_len", "masked_positions", "masked_ids", "nsp_label")}
-        for entry in self.manifest.files:
+    def _parquet(self, i: int) -> pq.ParquetFile:
+        if i not in self._pq:
+            path = self.source.path(self.files[i])
             try:
-                table = pq.read_table(self.dir / entry.name, columns=list(cols), memory_map=True)
-            except Exception as err:  # pyarrow raises several types for a damaged file
-                raise UserError(f"{self.dir / entry.name}: unreadable Parquet: {str(err).splitlines()[0]}") from None
-            for k in cols:
-                cols[k].extend(table.column(k).chunks)
-        ids, mpos, mids = (_Ragged.from_chunks(cols[k]) for k in ("input_ids", "masked_positions", "masked_ids"))
-        self.ids_off, self.m_off = ids.offsets, mpos.offsets
-        self.rows = interleave(ids.values, ids.offsets, mpos.values, mids.values.astype(ids.values.dtype), mpos.offsets)
-        flat = lambda k, dt: np.concatenate([c.to_numpy(zero_copy_only=False) for c in cols[k]]).astype(dt) if cols[k] else np.zeros(0, dt)
-        self.segment_a_len = flat("segment_a_len", np.int64)
-        self.nsp_label = flat("nsp_label", np.int64)
-        self.lengths = ids.lengths()
+                self._pq[i] = pq.ParquetFile(path)
+            except (pa.ArrowException, OSError) as err:
+                raise UserError(f"{path}: unreadable Parquet: {str(err).splitlines()[0]}") from None
+        return self._pq[i]
 
-    def _check_index(self) -> None:
-        n = len(self.lengths)
+    def _index(self) -> None:
+        self.blocks = blocks = []
+        bins, first = [], 0
+        for i, entry in enumerate(self.files):
+            groups = entry.meta.get("row_groups")
+            if not (isinstance(groups, list) and sum(groups) == entry.rows):
+                md = self._parquet(i).metadata
+                groups = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+            if sum(groups) != entry.rows:
+                raise UserError(f"{self.dir}/{entry.name}: {sum(groups)} rows, its manifest entry says {entry.rows}")
+            upper = entry.meta.get("bin")
+            for g, n in enumerate(groups):
+                blocks.append(_Block(i, g, first, n))
+                if isinstance(upper, int) and 0 < upper <= self.max_seq_length:
+                    bins.append(np.full(n, upper, np.int32))  # the job's bin: no row needs reading
+                else:  # a file of mixed lengths (not written by the instances job): the one rule per row
+                    lens = self._decode(len(blocks) - 1).lens
+                    bins.append(bin_uppers(lens, self.bin_size, self.max_seq_length).astype(np.int32))
+                first += n
+        self.block_first = np.array([b.first for b in blocks] + [first], dtype=np.int64)
+        self.bins = np.concatenate(bins) if bins else np.zeros(0, np.int32)
         expected = self.manifest.totals.get("instances")
-        if expected is not None and int(expected) != n:
-            raise UserError(f"{self.dir}: manifest says {expected} instances, files hold {n}")
-        if n and int(self.lengths.max()) > self.max_seq_length:
-            raise UserError(f"{self.dir}: an instance is longer than max_seq_length {self.max_seq_length}")
-        self.bins = ((np.maximum(self.lengths, 1).astype(np.int64) - 1) // self.bin_size).astype(np.int16)
+        if expected is not None and int(expected) != first:
+            raise UserError(f"{self.dir}: manifest says {expected} instances, files hold {first}")
 
-    def release_pages(self) -> None:
-        """Unmap the pages read so far from this process (they stay in the node's page cache, shared):
-        random reads over an epoch would otherwise leave every touched page in the rank's RSS."""
-        for m in getattr(self, "_maps", ()):
-            if m._mmap is not None:
-                m._mmap.madvise(mmap.MADV_DONTNEED)
+    # ---- decoded blocks, bounded
+
+    def _decode(self, b: int) -> _Decoded:
+        with self._lock:
+            if b in self._cache:
+                self._cache.move_to_end(b)
+                return self._cache[b]
+        block = self.blocks[b]
+        path = self.files[block.file].name
+        try:
+            block_data = _Decoded(self._parquet(block.file).read_row_group(block.group, columns=COLUMNS))
+        except (pa.ArrowException, OSError, KeyError) as err:
+            raise UserError(f"{self.dir}/{path}: unreadable Parquet: {str(err).splitlines()[0]}") from None
+        if len(block_data.lens) and int(block_data.lens.max()) > self.max_seq_length:
+            raise UserError(f"{self.dir}: an instance is longer than max_seq_length {self.max_seq_length} ({path})")
+        with self._lock:
+            self._cache[b] = block_data
+            self._cache_bytes += block_data.nbytes
+            while self._cache_bytes > BLOCK_CACHE_BYTES and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.nbytes
+        return block_data
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Every row's length (decodes every block once: for small datasets, e.g. held-out scoring)."""
+        if getattr(self, "_lengths", None) is None:
+            parts = [self._decode(b).lens for b in range(len(self.blocks))]
+            self._lengths = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._lengths
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return int(self.block_first[-1])
 
     def check_model(
         self,
@@ -180,29 +228,45 @@ class InstanceDataset:
         """Rows -> padded batch. mlm_positions are flat indices into the B*S tokens (row-major)."""
         rows = np.asarray(rows, dtype=np.int64)
         B, S = len(rows), seq_len
-        ids_starts = np.asarray(self.ids_off[rows], dtype=np.int64)
-        lens = np.asarray(self.lengths[rows], dtype=np.int64)
-        m_starts = np.asarray(self.m_off[rows], dtype=np.int64)
-        m_lens = np.asarray(self.m_off[rows + 1], dtype=np.int64) - m_starts
-        # one contiguous read per row (its record: ids, masked positions, masked ids), then split
-        rec_lens = lens + 2 * m_lens
-        recs = take_ranges(self.rows, ids_starts + 2 * m_starts, rec_lens)
-        at = np.cumsum(rec_lens) - rec_lens
-        col_S = np.arange(S, dtype=np.int64)
-        valid_BS = col_S[None, :] < lens[:, None]
+        block_B = np.searchsorted(self.block_first, rows, side="right") - 1
         ids_BS = np.full((B, S), pad_id, dtype=np.int64)
-        ids_BS[valid_BS] = recs[gather_ranges(at, lens)]
-        types_BS = (col_S[None, :] >= np.asarray(self.segment_a_len[rows], dtype=np.int64)[:, None]) & valid_BS
-        row_M = np.repeat(np.arange(B, dtype=np.int64) * S, m_lens)
-        positions_M = row_M + recs[gather_ranges(at + lens, m_lens)].astype(np.int64)
-        labels_M = recs[gather_ranges(at + lens + m_lens, m_lens)].astype(np.int64)
+        types_BS = np.zeros((B, S), dtype=bool)
+        valid_BS = np.zeros((B, S), dtype=bool)
+        nsp_B = np.zeros(B, dtype=np.int64)
+        seg_rows, seg_lens, pos_parts, lab_parts = [], [], [], []
+        col_S = np.arange(S, dtype=np.int64)
+        for b in np.unique(block_B):
+            sel = np.flatnonzero(block_B == b)  # positions in the batch of the rows from this block
+            d = self._decode(int(b))
+            local = rows[sel] - self.block_first[b]
+            lens = d.lens[local]
+            valid = col_S[None, :] < lens[:, None]
+            valid_BS[sel] = valid
+            sub = np.full((len(sel), S), pad_id, dtype=np.int64)
+            sub[valid] = d.ids[gather_ranges(d.ids_off[local], lens)]
+            ids_BS[sel] = sub
+            types_BS[sel] = (col_S[None, :] >= d.sega[local][:, None]) & valid
+            nsp_B[sel] = d.nsp[local]
+            m_lens = d.m_off[local + 1] - d.m_off[local]
+            idx = gather_ranges(d.m_off[local], m_lens)
+            seg_rows.append(sel)
+            seg_lens.append(m_lens)
+            pos_parts.append(d.mpos[idx].astype(np.int64))
+            lab_parts.append(d.mids[idx].astype(np.int64))
+        # the masked tokens were gathered block by block: put their per-row segments back in batch order
+        seg_rows_R, seg_lens_R = np.concatenate(seg_rows), np.concatenate(seg_lens)
+        order_R = np.argsort(seg_rows_R, kind="stable")
+        take_M = gather_ranges((np.cumsum(seg_lens_R) - seg_lens_R)[order_R], seg_lens_R[order_R])
+        m_len_B = seg_lens_R[order_R]
+        positions_M = np.repeat(np.arange(B, dtype=np.int64) * S, m_len_B) + np.concatenate(pos_parts)[take_M]
+        labels_M = np.concatenate(lab_parts)[take_M]
         return {
             "input_ids": torch.from_numpy(ids_BS),
             "token_type_ids": torch.from_numpy(types_BS.astype(np.int64)),
             "attention_mask": torch.from_numpy(valid_BS.astype(np.int64)),
             "mlm_positions": torch.from_numpy(positions_M),
             "mlm_labels": torch.from_numpy(labels_M),
-            "nsp_labels": torch.from_numpy(np.asarray(self.nsp_label[rows], dtype=np.int64)),
+            "nsp_labels": torch.from_numpy(nsp_B),
         }
 
 
@@ -220,7 +284,6 @@ class BatchLoader:
         self._plans: dict[int, np.ndarray] = {}
         self._plan_lock = threading.Lock()
         self._prefetch_depth, self._prefetcher = prefetch, None
-        self._collated = 0
         if self.batches_per_epoch() == 0:
             raise UserError(
                 f"{dataset.dir}: too few instances ({len(dataset)}) for one global batch of "
@@ -234,15 +297,32 @@ class BatchLoader:
                 return self._plans[epoch]
             G = self.G
             rng = np.random.default_rng([self.seed, epoch])
-            chunks = []
-            for b in np.unique(self.ds.bins):
-                rows = rng.permutation(np.flatnonzero(self.ds.bins == b))
-                n = len(rows) // G
-                chunks.append(rows[: n * G].reshape(n, G))
-            plan = np.concatenate(chunks) if chunks else np.zeros((0, G), np.int64)
+            per_bin = [self._bin_batches(rows, rng) for rows in self._bin_rows()]
+            # the bins' batches interleaved at random, each bin's in its order (its windows read in turn)
+            label = np.repeat(np.arange(len(per_bin)), [len(x) for x in per_bin])
+            label = label[rng.permutation(len(label))]
+            plan = np.zeros((len(label), G), np.int64)
+            for i, batches in enumerate(per_bin):
+                plan[label == i] = batches
             self._plans = {k: v for k, v in self._plans.items() if k >= epoch - 1}  # keep two epochs at most
-            self._plans[epoch] = plan[rng.permutation(len(plan))]
+            self._plans[epoch] = plan
             return self._plans[epoch]
+
+    def _bin_rows(self) -> list[np.ndarray]:
+        return [np.flatnonzero(self.ds.bins == b) for b in np.unique(self.ds.bins)]
+
+    def _bin_batches(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """[n, G] batches of one bin's rows (ascending, so grouped by block): its blocks in a shuffled order,
+        taken in windows of about SHUFFLE_ROWS rows whose rows are shuffled together."""
+        block_R = np.searchsorted(self.ds.block_first, rows, side="right") - 1
+        blocks, inverse = np.unique(block_R, return_inverse=True)
+        rank = np.empty(len(blocks), np.int64)
+        rank[rng.permutation(len(blocks))] = np.arange(len(blocks))
+        per_window = max(1, int(round(SHUFFLE_ROWS * len(blocks) / max(len(rows), 1))))
+        window_R = rank[inverse] // per_window
+        rows = rows[np.lexsort((rng.random(len(rows)), window_R))]
+        n = len(rows) // self.G
+        return rows[: n * self.G].reshape(n, self.G)
 
     def batches_per_epoch(self) -> int:
         """Global batches (optimizer steps) per epoch."""
@@ -250,8 +330,7 @@ class BatchLoader:
 
     def pad_length(self, rows: np.ndarray) -> int:
         """The bin's upper bound, so a bin always yields one shape (capped at max_seq_length)."""
-        top = (int(self.ds.bins[rows[0]]) + 1) * self.ds.bin_size
-        return min(top, self.ds.max_seq_length)
+        return int(self.ds.bins[rows[0]])  # data_jobs.instance_stats.bin_uppers: capped at max_seq_length
 
     def _step(self, pos: tuple[int, int, int]) -> tuple[int, int, int]:
         """The position after ``pos``; (epoch, batches, 0) at the end of an epoch, as saved cursors say."""
@@ -271,9 +350,6 @@ class BatchLoader:
         return self.plan(epoch)[index, k * self.B : (k + 1) * self.B]
 
     def _batch_at(self, pos: tuple[int, int, int]) -> dict[str, torch.Tensor]:
-        self._collated += 1
-        if self._collated % RELEASE_EVERY == 0:
-            self.ds.release_pages()
         rows = self._rows_at(pos)
         return self.ds.collate(rows, self.pad_length(rows), self.pad_id)
 
@@ -305,7 +381,7 @@ class BatchLoader:
             self._prefetcher = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "index": self.index, "micro": self.micro, "seed": self.seed,
+        return {"epoch": self.epoch, "index": self.index, "micro": self.micro, "seed": self.seed, "plan": PLAN_VERSION,
                 "global_batch_size": self.G, "micro_batch_size": self.B, "instances": len(self.ds),
                 "world_size": self.world}
 
@@ -317,6 +393,10 @@ class BatchLoader:
             if self.accum != 1:
                 state["global_batch_size"] = None  # its index counted micro batches: cannot map it
         mine = self.state_dict()
+        if state.get("plan", 1) != PLAN_VERSION:
+            raise UserError(f"loader cursor: checkpoint was taken by an older loader whose data order differs (plan "
+                            f"{state.get('plan', 1)}, this one {PLAN_VERSION}); its rows cannot be continued exactly: "
+                            "start a new run from its weights with init_from")
         for key in ("seed", "global_batch_size", "micro_batch_size", "instances"):
             if state.get(key) != mine[key]:
                 raise UserError(

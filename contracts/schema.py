@@ -14,6 +14,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.common import UserError, sha256_file, stable_hash, write_json_atomic
+from contracts.storage import is_uri, location
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -91,15 +92,23 @@ class Manifest(BaseModel):
     def read(cls, directory: str | Path, kind: str | None = None) -> "Manifest":
         """The manifest of a dataset directory; with ``kind``, also check that the directory exists and
         holds that kind of dataset (one-line UserError otherwise)."""
-        d = Path(directory)
         what = KIND_NAMES.get(kind or "", kind)
-        if kind is not None and not d.is_dir():
-            raise UserError(f"{d}: directory not found (expected {what})")
-        path = d / MANIFEST_NAME
-        if not path.is_file():
-            raise UserError(f"{path}: no manifest (not a finished bertflow dataset directory)")
+        if is_uri(directory):  # an object store: the manifest is the only thing that makes a dataset exist
+            d, path = str(directory).rstrip("/"), f"{str(directory).rstrip('/')}/{MANIFEST_NAME}"
+            try:
+                text = location(d).read(MANIFEST_NAME).decode("utf-8")
+            except FileNotFoundError:
+                raise UserError(f"{path}: no manifest (not a finished bertflow dataset)") from None
+        else:
+            d = Path(directory)
+            if kind is not None and not d.is_dir():
+                raise UserError(f"{d}: directory not found (expected {what})")
+            path = d / MANIFEST_NAME
+            if not path.is_file():
+                raise UserError(f"{path}: no manifest (not a finished bertflow dataset directory)")
+            text = path.read_text(encoding="utf-8")
         try:
-            manifest = cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+            manifest = cls.model_validate(json.loads(text))
         except (ValueError, TypeError) as err:
             raise UserError(f"{path}: corrupt manifest: {str(err).splitlines()[0]}") from None
         if kind is not None and manifest.kind != kind:

@@ -121,25 +121,70 @@ def test_cursor_moves_between_world_sizes(ds):
     assert np.array_equal(np.concatenate([one.next_rows(), one.next_rows()]), expected)
 
 
-@pytest.mark.parametrize("storage", ["pread", "mmap"])
-def test_prefetch_and_storage_do_not_change_batches(data, storage):
-    """Positioned reads (the default) and memory maps of the decoded copy give the whole load's bytes."""
-    ds = InstanceDataset(data, storage=storage)
-    assert ds.storage == storage and (storage == "mmap") == bool(ds._maps)  # pread maps nothing
-    loaded = InstanceDataset(data, storage="memory")
-    plain = BatchLoader(loaded, 4, 1, 2, seed=3, grad_accum_steps=2)
-    fetched = BatchLoader(ds, 4, 1, 2, seed=3, grad_accum_steps=2, prefetch=3)
+def test_prefetch_and_a_bounded_block_cache_do_not_change_batches(data, monkeypatch):
+    """Batches depend on the plan alone: not on prefetching, nor on how few decoded blocks are kept."""
+    import bert_core.loader as loader_mod
+
+    plain = BatchLoader(InstanceDataset(data), 4, 1, 2, seed=3, grad_accum_steps=2)
+    monkeypatch.setattr(loader_mod, "BLOCK_CACHE_BYTES", 1)  # keep one decoded block at a time
+    small = InstanceDataset(data)
+    fetched = BatchLoader(small, 4, 1, 2, seed=3, grad_accum_steps=2, prefetch=3)
     n = 2 * plain.batches_per_epoch() + 3  # crosses an epoch boundary
     for i in range(n):
-        if i == 5:
-            ds.release_pages()  # unmapping read pages (bounded RSS) changes nothing read later
         if i == 9:  # moving the cursor under the prefetch thread restarts it at the new cursor
-            state = plain.state_dict()
-            fetched.load_state_dict(state)
+            fetched.load_state_dict(plain.state_dict())
         a, b = next(plain), next(fetched)
         assert all(torch.equal(a[k], b[k]) for k in a)
+        assert len(small._cache) <= 2  # bounded (one block, plus one being collated by the other thread)
     assert fetched.state_dict() == plain.state_dict()
     fetched.close()
+
+
+def test_block_windows_keep_the_rows_of_a_batch_within_few_blocks(tmp_path, monkeypatch):
+    """With windows of about SHUFFLE_ROWS rows, a global batch draws on at most two windows' blocks, and
+    every block of a bin is still read in an epoch (a permutation of its rows)."""
+    import bert_core.loader as loader_mod
+
+    d = write_dataset(tmp_path / "d", n=240, max_seq=32, file_sizes=[40] * 6, bin_size=32)
+    monkeypatch.setattr(loader_mod, "SHUFFLE_ROWS", 40)  # one file (one row group) a window
+    ds = InstanceDataset(d)
+    loader = BatchLoader(ds, 8, seed=4)
+    plan = loader.plan(0)
+    blocks = np.searchsorted(ds.block_first, plan, side="right") - 1
+    assert max(len(np.unique(b)) for b in blocks) <= 2
+    assert sorted(np.concatenate(plan).tolist()) == list(range(240))  # 240 rows, one bin, G=8: all used
+
+
+def test_old_cursors_are_refused_with_one_line(ds):
+    state = BatchLoader(ds, 4, seed=1).state_dict()
+    state.pop("plan")
+    with pytest.raises(UserError, match="older loader whose data order differs"):
+        BatchLoader(ds, 4, seed=1).load_state_dict(state)
+
+
+def test_a_dataset_on_object_storage_gives_the_same_batches(data, s3_env, tmp_path, monkeypatch):
+    """The instances on s3://: the loader fetches each file once into a verified cache keyed by the manifest
+    identity and gives exactly the local batches; a damaged cached copy is fetched again."""
+    from contracts.storage import location
+
+    monkeypatch.setenv("BERTFLOW_LOADER_CACHE", str(tmp_path / "cache"))
+    remote = location(s3_env + "/inst")
+    for f in sorted(data.iterdir()):
+        remote.upload(f.name, f)
+    local = BatchLoader(InstanceDataset(data), 4, 0, 1, seed=7)
+    ds3 = InstanceDataset(s3_env + "/inst")
+    on_s3 = BatchLoader(ds3, 4, 0, 1, seed=7)
+    for _ in range(local.batches_per_epoch()):
+        a, b = next(local), next(on_s3)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    cached = sorted((tmp_path / "cache").glob("*/*.parquet"))
+    assert [p.name for p in cached] == sorted(p.name for p in data.glob("*.parquet"))
+    ds3.source.close()
+    cached[0].write_bytes(cached[0].read_bytes()[:100])  # a truncated copy (a disk error, a killed copy)
+    again = BatchLoader(InstanceDataset(s3_env + "/inst"), 4, 0, 1, seed=7)
+    first = BatchLoader(InstanceDataset(data), 4, 0, 1, seed=7)
+    a, b = next(first), next(again)
+    assert all(torch.equal(a[k], b[k]) for k in a) and cached[0].stat().st_size > 100
 
 
 def test_collation_matches_a_naive_reading(data, ds):
