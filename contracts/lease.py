@@ -7,8 +7,9 @@ TTL by a compare-and-swap on the version it wrote (If-Match): a holder that stal
 was taken over finds out at its next renewal and stops before it commits anything (``Lease.check``).
 A lock is taken over only when it has expired, or when it names a process of this host that is gone (a
 ``kill -9``'d run on the same machine need not wait for its expiry). Releasing replaces the lock with a
-"released" record by the same compare-and-swap, so a holder never removes a lock someone else took;
-locally the record is then removed under the directory's flock.
+"released" record by the same compare-and-swap, so a holder never overwrites a lock someone else took;
+the record is then removed (locally under the directory's flock; on a store if it is still the one
+written), so a location is left holding only what the run wrote.
 """
 from __future__ import annotations
 
@@ -95,8 +96,17 @@ class Lease:
                 return
             gone = {**self.body, "released": True, "expires": 0}
             etag = self.loc.replace_if(LOCK_NAME, _dump(gone), self.etag)
-            if etag is not None and isinstance(self.loc, LocalLocation):
+            if etag is None:
+                return
+            if isinstance(self.loc, LocalLocation):
                 _delete_local_if(self.loc, etag)
+            else:
+                # No conditional delete on the store: remove the "released" record if it is still ours.
+                # Should another run take the location in between, its lease finds its lock gone at the
+                # next renewal and it stops before committing: never two writers, at worst one retry.
+                meta = self.loc.head(LOCK_NAME)
+                if meta is not None and meta.etag == etag:
+                    self.loc.delete(LOCK_NAME)
 
 
 def _delete_local_if(loc: LocalLocation, etag: str) -> None:

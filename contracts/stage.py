@@ -16,8 +16,10 @@ work record names what is being written, so a writer killed half-way leaves name
 (redone or removed by the next run) and no record that could make the directory look finished.
 
 Written for object-storage semantics (``Storage``): no rename, an object appears only complete, the
-record written last is what makes an output exist, and nothing here lists more than one level. Only
-the local POSIX implementation exists (``LocalDir``), where atomic writes give the same guarantees.
+record written last is what makes an output exist, and nothing here lists more than one level. Two
+implementations: ``LocalDir`` (POSIX: atomic writes, the O_EXCL lock of contracts.lock) and
+``LocationDir`` (any location of the storage seam, an ``s3://`` prefix first: the lease of
+contracts.lease); ``StageDir.at`` picks by the path.
 Imports nothing of the project outside contracts.
 """
 from __future__ import annotations
@@ -93,6 +95,70 @@ class LocalDir:
         return output_lock(self.path)
 
 
+class LocationDir:
+    """An output location behind the storage seam (contracts.storage): an object-store prefix (``s3://``),
+    or a directory. Objects appear only complete; the lock is a lease (conditional create, expiry,
+    renewal: contracts.lease) whose loss is checked before every write, so a writer that stalled past its
+    expiry and was taken over writes nothing more."""
+
+    def __init__(self, uri: str):
+        from contracts.storage import location
+
+        self.loc = location(uri)
+        self.where = self.loc.uri
+        self._lease = None
+
+    def names(self) -> list[str]:
+        from contracts.lease import LOCK_NAME
+
+        return sorted({m.name.split("/", 1)[0] for m in self.loc.list()} - {LOCK_NAME})
+
+    def exists(self, name: str) -> bool:
+        return self.loc.exists(name) or any(True for _ in self.loc.list(name))
+
+    def read_json(self, name: str) -> Any:
+        try:
+            return json.loads(self.loc.read(name))
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def write_json(self, name: str, obj: Any) -> None:
+        self._check()
+        self.loc.write(name, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+    def delete(self, name: str) -> None:
+        self._check()
+        for m in self.loc.list(name):  # everything under a name (a checkpoint's objects), then the name
+            self.loc.delete(m.name)
+        self.loc.delete(name)
+
+    def _check(self) -> None:
+        if self._lease is not None:
+            self._lease.check()
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        from contracts.lease import acquire
+
+        if self._lease is not None:  # re-entrant within one holder
+            yield
+            return
+        self.loc.check()  # credentials, endpoint, bucket: one line before any work
+        self._lease = acquire(self.loc)
+        try:
+            yield
+        finally:
+            lease, self._lease = self._lease, None
+            lease.release()
+
+
+def store_for(path: str | Path) -> "Storage":
+    """The Storage of a user's path or URI: an object-store prefix or a local directory."""
+    from contracts.storage import is_uri
+
+    return LocationDir(str(path)) if is_uri(path) else LocalDir(path)
+
+
 def summary(names: list[str]) -> str:
     """``first`` or ``first and N more``: how a one-line error names a list of files."""
     return names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
@@ -122,7 +188,8 @@ class StageDir:
 
     @classmethod
     def at(cls, path: str | Path, kind: str, **kw: Any) -> "StageDir":
-        return cls(LocalDir(path), kind, **kw)
+        """The stage output at a local path or an object-store URI (``s3://bucket/prefix``)."""
+        return cls(store_for(path), kind, **kw)
 
     @property
     def where(self) -> str:
