@@ -2,8 +2,9 @@
 why the stage is skipped or (re)done, and calls one function of data_jobs or bert_core.
 
 Tasks are called directly from the flows (not ``.submit``): they run one after another in the flow's
-own thread, so the data jobs start or join Ray from an ordinary process, which is what works with
-Prefect's ephemeral API (a Ray task runner would give every Ray worker its own throw-away server).
+own thread, so the data jobs run their local processes, or start or join Ray, from an ordinary
+process, which is what works with Prefect's ephemeral API (a Ray task runner would give every Ray
+worker its own throw-away server).
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _not_user_error(task, task_run, state) -> bool:
 
 @task(name="data-job", cache_policy=NO_CACHE, retry_condition_fn=_not_user_error)
 def data_job(job: str, config: Any, ray_job_address: Optional[str] = None, job_python: str = "python") -> Manifest:
-    """Run data job ``job`` (shard | vocab | instances) locally on Ray, or as a Ray Job at an address,
+    """Run data job ``job`` (shard | vocab | instances) here (local processes or Ray, as its config's
+    ``engine`` decides: data_jobs/fanout.py), or as a Ray Job at an address,
     unless the job's own ``status`` says its output is done for this config and these inputs."""
     log = get_run_logger()
     out = Path(config.output_dir)
