@@ -27,6 +27,7 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
     "recipe": ("flows.recipe:main", "run a recipe: the pipeline, then its model vs random init vs MiniLM"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),
+    "worker": ("flows.deploy:main_worker", "start a Prefect process worker for the deployments (one SIGTERM stops it)"),
 }
 
 

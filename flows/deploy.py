@@ -130,8 +130,39 @@ def main_deploy(argv: Sequence[str] | None = None) -> int:
     ids = deploy(*deployments, work_pool_name=args.pool, build=False, push=False, print_next_steps_message=False,
                  ignore_warnings=True)
     print(f"registered {len(ids)} deployments on {url} (pool {args.pool}); start a worker with:")
-    print(f"  prefect worker start --pool {args.pool}")
+    print(f"  bertflow worker --pool {args.pool}    (= prefect worker start --pool {args.pool}; one SIGTERM stops it)")
     return 0
+
+
+def main_worker(argv: Sequence[str] | None = None) -> int:
+    """``prefect worker start --pool POOL``, started so that one SIGTERM stops it however it was launched.
+
+    Prefect's worker turns a SIGTERM into a SIGINT to itself and relies on Python's Ctrl-C handling.
+    A process started in the background of a script (``cmd &`` in a non-interactive shell) inherits
+    SIGINT *ignored*, and an ignored signal stays ignored across exec: such a worker ignores the
+    first SIGTERM and SIGKILLs itself on the second (docs/flows.md, "Stopping a worker"). This resets
+    SIGINT to its default, then replaces itself with the worker (same pid, so signals reach it)."""
+    import shutil
+    import signal
+    import sys
+    from pathlib import Path
+
+    p = ArgParser(prog="bertflow worker",
+                  description="Start a Prefect process worker (prefect worker start --pool POOL) that a single "
+                  "SIGTERM or Ctrl-C stops, even when started in the background of a script.")
+    p.add_argument("--pool", default=DEFAULT_POOL, help=f"work pool to take runs from (default {DEFAULT_POOL})")
+    p.add_argument("--limit", type=int, help="flow runs executed at the same time (default: no limit)")
+    args = p.parse_args(argv)
+    _require_api()
+    beside = Path(sys.executable).parent / "prefect"  # the prefect of this installation
+    prefect = str(beside) if beside.is_file() else shutil.which("prefect")
+    if not prefect:
+        raise UserError("prefect: command not found next to this Python or on PATH (pip install prefect)")
+    cmd = [prefect, "worker", "start", "--pool", args.pool] + (["--limit", str(args.limit)] if args.limit else [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # an inherited SIG_IGN would survive the exec
+    sys.stdout.flush()
+    os.execv(prefect, cmd)
+    return 0  # not reached
 
 
 def main_serve(argv: Sequence[str] | None = None) -> int:

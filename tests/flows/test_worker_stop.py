@@ -138,3 +138,48 @@ def test_stopping_a_worker_mid_run_and_continuing(prefect_server, tmp_path, corp
         stop(worker)
         if first:  # the interrupted run would stay Running on the session's server
             httpx.delete(f"{api}/flow_runs/{first}")
+
+
+def _background_worker(cmd: str, env: dict, cwd, log):
+    """``cmd`` started as a script starts it in the background (``cmd &`` in a non-interactive shell:
+    SIGINT ignored); returns (the shell, the worker's pid) once the worker is up."""
+    shell = subprocess.Popen(["bash", "-c", f"{cmd} > {log} 2>&1 & echo $!; wait $!; echo rc=$? >> {log}"],
+                             env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, cwd=cwd, stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    pid = int(shell.stdout.readline())
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "started!" in log.read_text(errors="replace")):
+        assert shell.poll() is None, log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        time.sleep(0.3)
+    return shell, pid
+
+
+def test_worker_started_in_the_background_of_a_script(prefect_server, tmp_path):
+    """The reported hang: ``prefect worker start`` launched with ``&`` from a script ignores the first
+    SIGTERM and SIGKILLs itself on the second; ``bertflow worker`` launched the same way stops on one."""
+    env = prefect_server["env"]
+    prefect_cmd = _doc_command(r"prefect worker start --pool bertflow-process")
+    ours = _doc_command(r"bertflow worker")
+
+    log = tmp_path / "prefect-worker.log"
+    shell, pid = _background_worker(prefect_cmd, env, tmp_path, log)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(10)  # the signal is ignored, not slow: it would never stop
+        assert shell.poll() is None and _pid_alive(pid), log.read_text(errors="replace")[-2000:]
+        os.kill(pid, signal.SIGTERM)  # the second one
+        shell.wait(STOP_WITHIN_S)
+        assert "rc=137" in log.read_text(), log.read_text(errors="replace")[-2000:]  # SIGKILLed
+    finally:
+        stop(shell)
+
+    log = tmp_path / "bertflow-worker.log"
+    shell, pid = _background_worker(ours, env, tmp_path, log)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        shell.wait(STOP_WITHIN_S)
+        assert "rc=0" in log.read_text(), log.read_text(errors="replace")[-2000:]
+        assert "stopped!" in log.read_text()
+    finally:
+        stop(shell)
