@@ -100,6 +100,9 @@ def test_stopping_a_worker_mid_run_and_continuing(prefect_server, tmp_path, corp
         assert run["state"]["type"] == "RUNNING"
         engine_pid = int(str(run["infrastructure_pid"]).rsplit(":", 1)[-1])
         assert _pid_alive(engine_pid)
+        # What the docs offer to see whether a run is still going (a wide terminal: rich cuts columns).
+        listed = run_cli(["bash", "-c", _doc_command(r"prefect flow-run ls")], {**env, "COLUMNS": "250"}, tmp_path)
+        assert any(first in line and "RUNNING" in line for line in listed.splitlines()), listed
 
         took = _stopped_within(worker, signal.SIGTERM)
         assert worker.returncode == 0, log.read_text(errors="replace")[-3000:]
