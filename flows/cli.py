@@ -28,6 +28,7 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
     "submit": ("flows.submit:main", "submit a Ray Job (ray job submit), refusing first a too-large working_dir upload"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),
+    "worker": ("flows.deploy:main_worker", "start a Prefect process worker for the deployments (one SIGTERM stops it)"),
 }
 
 

@@ -1,8 +1,10 @@
 """``make demo`` / ``python -m flows.demo``: the whole pipeline on the built-in corpus with the tiny model.
 
 No server to start: Prefect uses its temporary local API (unless PREFECT_API_URL points at a server,
-then the run shows up in its UI) and the data jobs start a local Ray cluster. A second run finds every
-stage's output for the same config and skips it.
+then the run shows up in its UI). No Ray either: the data jobs run as local processes (the fan-out
+helper, data_jobs/fanout.py, picks them when no Ray address is given and $RAY_ADDRESS is unset),
+training in this process, the evaluation one job after another. A second run finds every stage's
+output for the same config and skips it.
 """
 from __future__ import annotations
 

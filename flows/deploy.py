@@ -19,7 +19,9 @@ from typing import Any, Optional, Sequence
 from contracts.common import ArgParser, UserError
 
 DEFAULT_POOL = "bertflow-process"
-# Shipped paused: a nightly retrain is an example to switch on, not something to start by surprise.
+# Shipped switched off: a nightly retrain is an example to switch on, not something to start by
+# surprise. Off is the *schedule's* own flag (active: false), which `prefect deployment schedule ls`
+# shows and `prefect deployment schedule resume/pause` switch; the deployment itself is not paused.
 EXAMPLE_CRON = "0 2 * * *"
 
 
@@ -28,8 +30,8 @@ class DeploymentSpec:
     flow: str  # attribute of flows.pipeline
     name: str
     description: str
-    cron: Optional[str] = None
-    paused: bool = False
+    cron: Optional[str] = None  # in UTC
+    schedule_active: bool = True  # False: the schedule is registered switched off
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -39,8 +41,8 @@ DEPLOYMENTS = (
     DeploymentSpec("pretrain", "default", "pretraining phases and export", tags=("bertflow", "train")),
     DeploymentSpec("evaluate", "default", "evaluations of the exported model", tags=("bertflow", "eval")),
     DeploymentSpec(
-        "pretraining_pipeline", "scheduled", f"nightly pipeline (cron {EXAMPLE_CRON} UTC), shipped paused",
-        cron=EXAMPLE_CRON, paused=True, tags=("bertflow", "scheduled"),
+        "pretraining_pipeline", "scheduled", f"nightly pipeline (cron {EXAMPLE_CRON} UTC), schedule shipped inactive",
+        cron=EXAMPLE_CRON, schedule_active=False, tags=("bertflow", "scheduled"),
     ),
 )
 
@@ -60,6 +62,7 @@ def _parser(prog: str, what: str) -> argparse.ArgumentParser:
 def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[str]) -> list:
     """RunnerDeployment objects for DEPLOYMENTS with the config as their default parameters."""
     from prefect.deployments.runner import EntrypointType
+    from prefect.schedules import Cron
 
     from flows import pipeline
 
@@ -74,10 +77,10 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
             continue
         kw: dict[str, Any] = dict(
             name=spec.name, description=spec.description, tags=list(spec.tags), parameters=params,
-            entrypoint_type=EntrypointType.MODULE_PATH, paused=spec.paused or None,
+            entrypoint_type=EntrypointType.MODULE_PATH,
         )
         if spec.cron:
-            kw["cron"] = spec.cron
+            kw["schedules"] = [Cron(spec.cron, timezone="UTC", active=spec.schedule_active)]
         if work_pool:
             kw["work_pool_name"] = work_pool
             kw["job_variables"] = {"working_dir": working_dir} if working_dir else {}
@@ -130,8 +133,39 @@ def main_deploy(argv: Sequence[str] | None = None) -> int:
     ids = deploy(*deployments, work_pool_name=args.pool, build=False, push=False, print_next_steps_message=False,
                  ignore_warnings=True)
     print(f"registered {len(ids)} deployments on {url} (pool {args.pool}); start a worker with:")
-    print(f"  prefect worker start --pool {args.pool}")
+    print(f"  bertflow worker --pool {args.pool}    (= prefect worker start --pool {args.pool}; one SIGTERM stops it)")
     return 0
+
+
+def main_worker(argv: Sequence[str] | None = None) -> int:
+    """``prefect worker start --pool POOL``, started so that one SIGTERM stops it however it was launched.
+
+    Prefect's worker turns a SIGTERM into a SIGINT to itself and relies on Python's Ctrl-C handling.
+    A process started in the background of a script (``cmd &`` in a non-interactive shell) inherits
+    SIGINT *ignored*, and an ignored signal stays ignored across exec: such a worker ignores the
+    first SIGTERM and SIGKILLs itself on the second (docs/flows.md, "Stopping a worker"). This resets
+    SIGINT to its default, then replaces itself with the worker (same pid, so signals reach it)."""
+    import shutil
+    import signal
+    import sys
+    from pathlib import Path
+
+    p = ArgParser(prog="bertflow worker",
+                  description="Start a Prefect process worker (prefect worker start --pool POOL) that a single "
+                  "SIGTERM or Ctrl-C stops, even when started in the background of a script.")
+    p.add_argument("--pool", default=DEFAULT_POOL, help=f"work pool to take runs from (default {DEFAULT_POOL})")
+    p.add_argument("--limit", type=int, help="flow runs executed at the same time (default: no limit)")
+    args = p.parse_args(argv)
+    _require_api()
+    beside = Path(sys.executable).parent / "prefect"  # the prefect of this installation
+    prefect = str(beside) if beside.is_file() else shutil.which("prefect")
+    if not prefect:
+        raise UserError("prefect: command not found next to this Python or on PATH (pip install prefect)")
+    cmd = [prefect, "worker", "start", "--pool", args.pool] + (["--limit", str(args.limit)] if args.limit else [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # an inherited SIG_IGN would survive the exec
+    sys.stdout.flush()
+    os.execv(prefect, cmd)
+    return 0  # not reached
 
 
 def main_serve(argv: Sequence[str] | None = None) -> int:
@@ -148,26 +182,39 @@ def main_serve(argv: Sequence[str] | None = None) -> int:
 
 
 def resume_served(deployments: Sequence[Any]) -> list[str]:
-    """Resume the deployments this process is about to serve: ``prefect.serve`` stopped gracefully
-    (Ctrl-C, a SIGTERM turned into one) pauses every deployment it served (../shared/ENVIRONMENT.md), and a restarted serve would otherwise
-    poll deployments that never schedule a run. One shipped paused (the nightly schedule) stays as it
-    is. Returns the names resumed; a deployment not registered yet is created by ``serve`` itself."""
+    """Prepare the deployments this process is about to serve against what the server holds.
+
+    - Resume those paused: ``prefect.serve`` stopped gracefully (Ctrl-C, a SIGTERM turned into one)
+      pauses every deployment it served (../shared/ENVIRONMENT.md), and a restarted serve would
+      otherwise poll deployments that never schedule a run.
+    - Keep each schedule's on/off switch as it is on the server: the nightly schedule ships inactive
+      and a user switches it with ``prefect deployment schedule resume/pause`` (docs/flows.md);
+      ``serve`` re-registers its deployments, which would otherwise reset the switch on every restart.
+
+    Returns the names resumed; a deployment not registered yet is created by ``serve`` itself."""
     from prefect import get_client
     from prefect.exceptions import ObjectNotFound
 
     resumed = []
     with get_client(sync_client=True) as client:
         for dep in deployments:
-            if dep.paused:
-                continue
             name = f"{dep.flow_name}/{dep.name}"
             try:
                 current = client.read_deployment_by_name(name)
             except ObjectNotFound:
                 continue
-            if current.paused:
+            switches = {_schedule_key(s.schedule): s.active for s in current.schedules}
+            for sched in dep.schedules or []:
+                if _schedule_key(sched.schedule) in switches:
+                    sched.active = switches[_schedule_key(sched.schedule)]
+            if current.paused and not dep.paused:
                 client.resume_deployment(current.id)
                 resumed.append(name)
     if resumed:
         print("resumed (paused by a previous serve's shutdown): " + ", ".join(resumed), flush=True)
     return resumed
+
+
+def _schedule_key(schedule: Any) -> str:
+    """A schedule's identity across registrations (its definition: cron, timezone, ...)."""
+    return repr(sorted(schedule.model_dump(mode="json").items()))

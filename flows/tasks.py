@@ -3,8 +3,9 @@
 otherwise produces it with the stage's own job function.
 
 Tasks are called directly from the flows (not ``.submit``): they run one after another in the flow's
-own thread, so the data jobs start or join Ray from an ordinary process, which is what works with
-Prefect's ephemeral API (a Ray task runner would give every Ray worker its own throw-away server).
+own thread, so the data jobs run their local processes, or start or join Ray, from an ordinary
+process, which is what works with Prefect's ephemeral API (a Ray task runner would give every Ray
+worker its own throw-away server).
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ themselves, so an edit that breaks one fails here.
   user would); the same command refusing, in one line and before any upload, a working directory
   holding a 20 MB file; a failing job's exit code passed through; docs/scaling.md's
   ``ray get-auth-token --generate`` in a fresh HOME;
-- the deployment-resume command of docs/flows.md and prefect.yaml against a real Prefect server.
+- the nightly schedule's switch-on and switch-off commands of docs/flows.md and prefect.yaml against a
+  real Prefect server whose scheduler runs every second.
 """
 from __future__ import annotations
 
@@ -193,7 +194,8 @@ def prefect_api(tmp_path_factory):
 
     home = tmp_path_factory.mktemp("prefect_home")
     api = f"http://127.0.0.1:{free_port()}/api"
-    env = {**base_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**base_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1"}  # the scheduler's pass, every second
     env.pop("PREFECT_PROFILES_PATH", None)
     log = home / "server.log"
     with open(log, "wb") as fh:
@@ -207,14 +209,50 @@ def prefect_api(tmp_path_factory):
         stop(proc)
 
 
-def test_flows_resume_command(prefect_api, tmp_path):
+def _auto_scheduled_runs(api: str, deployment_id: str) -> int:
+    import httpx
+
+    runs = httpx.post(f"{api}/flow_runs/filter", json={"deployments": {"id": {"any_": [deployment_id]}}}).json()
+    return sum(1 for r in runs if r["auto_scheduled"] and r["state"]["type"] == "SCHEDULED")
+
+
+def test_flows_schedule_switch_commands(prefect_api, tmp_path):
+    """The nightly deployment ships with its schedule inactive: no run scheduled; the documented
+    ``resume`` schedules runs, ``pause`` removes them; ``schedule ls`` says which."""
+    import time
+
     from flowtest_support import deployments_by_name
 
     flows_md = (REPO / "docs" / "flows.md").read_text()
-    cmd = re.search(r"`(python -c \"with __import__\('prefect'\).*?)`", flows_md).group(1)
-    assert cmd in (REPO / "prefect.yaml").read_text()  # both documents give the same command
-    _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, prefect_api, timeout=HANG_S)
-    api = prefect_api["PREFECT_API_URL"]
-    assert deployments_by_name(api)["pretraining-pipeline/scheduled"]["paused"] is True  # shipped paused
-    _run(shlex.join(["env", f"PATH={BIN}:/usr/bin:/bin"]) + " " + cmd, tmp_path, prefect_api)
-    assert deployments_by_name(api)["pretraining-pipeline/scheduled"]["paused"] is False
+    lookup, on, off = _block_after(flows_md, "To switch the nightly schedule on")
+    assert lookup.startswith("ID=$(prefect deployment schedule ls pretraining-pipeline/scheduled")
+    assert on.startswith("prefect deployment schedule resume ") and off.startswith("prefect deployment schedule pause ")
+    for cmd in (lookup, on, off):
+        assert cmd in (REPO / "prefect.yaml").read_text()  # both documents give the same commands
+    env = {**prefect_api, "PATH": f"{BIN}:/usr/bin:/bin"}  # .venv/bin on PATH, as the docs say
+    api = env["PREFECT_API_URL"]
+
+    def state() -> tuple[bool, list[bool], int]:
+        dep = deployments_by_name(api)["pretraining-pipeline/scheduled"]
+        return dep["paused"], [s["active"] for s in dep["schedules"]], _auto_scheduled_runs(api, dep["id"])
+
+    def listed() -> str:
+        return _run("prefect deployment schedule ls pretraining-pipeline/scheduled", tmp_path, env).stdout
+
+    _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, env, timeout=HANG_S)
+    assert "False" in listed() and "True" not in listed()  # what a user sees: inactive
+    time.sleep(20)  # twenty passes of a scheduler that runs every second
+    assert state() == (False, [False], 0)  # shipped: registered, nothing scheduled
+
+    _run(f"{lookup}\n{on}", tmp_path, env)  # switch on, exactly as written
+    on_at = time.monotonic()
+    while state()[2] == 0:
+        assert time.monotonic() - on_at < HANG_S, f"no run scheduled {HANG_S:.0f} s after the switch-on command"
+        time.sleep(0.5)
+    paused, active, runs = state()
+    assert (paused, active) == (False, [True]) and runs >= 1
+    assert "True" in listed() and "False" not in listed()
+
+    _run(f"{lookup}\n{off}", tmp_path, env)  # switch off again, exactly as written
+    assert state() == (False, [False], 0)  # its scheduled runs are deleted with the switch
+    assert "False" in listed() and "True" not in listed()

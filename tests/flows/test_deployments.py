@@ -31,11 +31,14 @@ def test_prefect_yaml_is_accepted_by_prefects_loader():
     assert entrypoints == {"pretraining_pipeline", "prepare_data", "pretrain", "evaluate"}
     assert all(d.work_pool.name == deploy.DEFAULT_POOL for d in model.deployments)
     scheduled = [d for d in model.deployments if d.schedules]
-    assert len(scheduled) == 1 and scheduled[0].paused is True
+    # Shipped switched off by the schedule's own flag (what `prefect deployment schedule ls` shows),
+    # the deployment itself not paused.
+    assert len(scheduled) == 1 and not scheduled[0].paused
     raw = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
     sched_raw = next(d for d in raw if d.get("schedules"))["schedules"][0]
     built = _schedule_config_to_deployment_schedule(sched_raw)
     assert isinstance(built["schedule"], CronSchedule) and built["schedule"].cron == deploy.EXAMPLE_CRON
+    assert built["active"] is False and built["schedule"].timezone == "UTC"
 
 
 def test_prefect_yaml_entrypoints_load_and_parameters_validate():
@@ -55,6 +58,12 @@ def test_python_deployments_match_prefect_yaml():
     yaml_names = {(d.entrypoint.split(":")[1], d.name) for d in _prefect_model().deployments}
     py_names = {(s.flow, s.name) for s in deploy.DEPLOYMENTS}
     assert yaml_names == py_names
+    # Schedules and their on/off switches agree too.
+    raw = {(d["entrypoint"].split(":")[1], d["name"]): d.get("schedules") or [] for d in
+           yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    yaml_sched = {k: [(x["cron"], x.get("timezone"), x.get("active", True)) for x in v] for k, v in raw.items()}
+    py_sched = {(s.flow, s.name): [(s.cron, "UTC", s.schedule_active)] if s.cron else [] for s in deploy.DEPLOYMENTS}
+    assert yaml_sched == py_sched
     for spec in deploy.DEPLOYMENTS:
         assert callable(getattr(pipeline, spec.flow))
 

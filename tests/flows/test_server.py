@@ -22,7 +22,8 @@ def test_bertflow_deploy_registers_every_deployment(completed_run):
     assert deps["prepare-data/default"]["entrypoint"] == "flows.pipeline.prepare_data"
     assert deps["prepare-data/default"]["work_pool_name"] == "bertflow-process"
     sched = deps["pretraining-pipeline/scheduled"]
-    assert sched["paused"] is True and sched["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
+    assert sched["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
+    assert sched["paused"] is False and sched["schedules"][0]["active"] is False  # the schedule ships switched off
     # The typed config is the deployment's form: its schema reaches the server.
     assert "config" in deps["prepare-data/default"]["parameter_openapi_schema"]["properties"]
 
@@ -31,7 +32,8 @@ def test_prefect_deploy_all_accepts_prefect_yaml(completed_run):
     deps = completed_run["by_yaml"]
     assert deps["pretrain/default"]["entrypoint"] == "flows/pipeline.py:pretrain"
     sched = deps["pretraining-pipeline/scheduled"]
-    assert sched["paused"] is True and sched["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
+    assert sched["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
+    assert sched["paused"] is False and sched["schedules"][0]["active"] is False  # the schedule ships switched off
     assert deps["evaluate/default"]["parameters"]["config"]["output_root"] == "runs/prefect"
 
 
@@ -113,3 +115,41 @@ def test_bertflow_serve_resumes_what_a_sigterm_paused(prefect_server, tmp_path):
     assert deployments_by_name(api)[name]["paused"] is True
     log = serve_until(lambda d: d["paused"] is False and d["status"] == "READY", "second")
     assert name in log.read_text()  # the resume was said, in one line
+
+
+def test_bertflow_serve_keeps_the_schedule_switch(prefect_server, tmp_path):
+    """The nightly schedule ships inactive; once a user switched it on, a (re)started ``bertflow serve``
+    re-registers the deployment without switching it off again (and a new one stays off)."""
+    import subprocess
+    import time
+
+    from flowtest_support import BIN, run_cli, stop
+
+    api, name = prefect_server["api"], "pretraining-pipeline/scheduled"
+    want = str(tmp_path / "out")
+    run_cli([str(BIN / "bertflow"), "deploy", "--only", name], prefect_server["env"], tmp_path)
+    dep = deployments_by_name(api)[name]
+    assert [s["active"] for s in dep["schedules"]] == [False]
+    # Switched on, as `prefect deployment schedule resume` does it.
+    httpx.patch(f"{api}/deployments/{dep['id']}/schedules/{dep['schedules'][0]['id']}",
+                json={"active": True}).raise_for_status()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([str(BIN / "bertflow"), "serve", "--only", name, "--output-root", want],
+                                env=prefect_server["env"], cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (d := deployments_by_name(api)[name])["parameters"]["config"]["output_root"] != want \
+                or d["status"] != "READY":
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert d["entrypoint"] == "flows.pipeline.pretraining_pipeline"  # re-registered by serve
+        assert [s["active"] for s in d["schedules"]] == [True] and d["paused"] is False
+    finally:
+        stop(proc)
+        # Leave it as shipped: switched off (its scheduled runs go with it).
+        d = deployments_by_name(api)[name]
+        for s in d["schedules"]:
+            httpx.patch(f"{api}/deployments/{d['id']}/schedules/{s['id']}", json={"active": False})
