@@ -139,7 +139,7 @@ def test_bertflow_serve_keeps_the_schedule_switch(prefect_server, tmp_path):
                                 env=prefect_server["env"], cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while (d := deployments_by_name(api)[name])["parameters"]["config"]["output_root"] != want \
                 or d["status"] != "READY":
             assert proc.poll() is None, log.read_text()[-3000:]

@@ -17,13 +17,14 @@ import pytest
 import yaml
 
 from flowtest_support import BIN, REPO, deployments_by_name, run_cli, stop, tiny_config, wait_final
+from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data]
 
 FLOWS_MD = (REPO / "docs" / "flows.md").read_text()
 # What the docs promise about the time a stop takes; measured 1-3 s (docs/flows.md), the bound
 # leaves room for a loaded machine while still failing on a worker that waits for its run.
-STOP_WITHIN_S = 30
+STOP_WITHIN_S = HANG_S  # it stops (the reported bug: never); how fast is printed, not asserted
 
 
 def _doc_command(pattern: str) -> str:
@@ -35,7 +36,7 @@ def _start_worker(cmd: str, env: dict, cwd, log):
     with open(log, "ab") as fh:
         proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
                                 cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while log.read_text(errors="replace").count("started!") < _start_worker.count + 1:
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
@@ -90,7 +91,7 @@ def test_stopping_a_worker_mid_run_and_continuing(prefect_server, tmp_path, corp
     try:
         first = _run_id(run_cli(["bash", "-c", rerun_cmd], env, tmp_path))
         # Caught mid-training: a checkpoint exists and the run is Running.
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + HANG_S
         while not list(out.glob("runs/phase1-*/checkpoints/step_*")):
             run = httpx.get(f"{api}/flow_runs/{first}").json()
             assert run["state"]["type"] in ("SCHEDULED", "PENDING", "RUNNING"), (run["state"], log.read_text()[-3000:])
@@ -108,7 +109,7 @@ def test_stopping_a_worker_mid_run_and_continuing(prefect_server, tmp_path, corp
         assert worker.returncode == 0, log.read_text(errors="replace")[-3000:]
         # The run's process went with the worker; the server was told nothing, so it keeps the run
         # Running (no end time) with no process behind it.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while _pid_alive(engine_pid):
             assert time.monotonic() < deadline, f"flow run process {engine_pid} outlived its worker"
             time.sleep(0.2)
@@ -121,7 +122,7 @@ def test_stopping_a_worker_mid_run_and_continuing(prefect_server, tmp_path, corp
         # Continue: a worker again, the deployment run again.
         worker = _start_worker(worker_cmd, env, tmp_path, log)
         second = _run_id(run_cli(["bash", "-c", rerun_cmd], env, tmp_path))
-        state = wait_final(api, second, timeout=600)
+        state = wait_final(api, second, timeout=HANG_S)
         text = log.read_text(errors="replace")
         assert state["type"] == "COMPLETED", text[-4000:]
         after_rerun = text[text.index(second):] if second in text else text
@@ -150,7 +151,7 @@ def _background_worker(cmd: str, env: dict, cwd, log):
                              env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, cwd=cwd, stdout=subprocess.PIPE,
                              text=True, start_new_session=True)
     pid = int(shell.stdout.readline())
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while not (log.is_file() and "started!" in log.read_text(errors="replace")):
         assert shell.poll() is None, log.read_text(errors="replace")[-3000:] if log.is_file() else ""
         assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:] if log.is_file() else ""
