@@ -102,3 +102,21 @@ def wait_final(api: str, run_id: str, timeout: float) -> dict:
             return run["state"]
         time.sleep(1.0)
     raise TimeoutError(f"flow run {run_id} not finished after {timeout} s")
+
+
+def flow_logs(flow_run_id) -> list[str]:
+    """Every log message of a flow run, read from the API after this process's log worker has shipped
+    what it holds (logs travel asynchronously: read too early, a busy machine shows none yet)."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=HANG_S)
+    out: list[str] = []
+    with get_client(sync_client=True) as client:
+        while True:  # the API returns at most 200 per call
+            page = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+                                    limit=200, offset=len(out))
+            out += [l.message for l in page]
+            if len(page) < 200:
+                return out

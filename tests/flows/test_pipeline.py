@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flowtest_support import tiny_config
+from flowtest_support import flow_logs, tiny_config
 from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, pytest.mark.ray]
@@ -23,20 +23,7 @@ pytestmark = [pytest.mark.prefect, pytest.mark.slow, pytest.mark.shared_data, py
 STAGES = ("shard", "vocab", "instances", "train:phase1", "train:phase2", "export", "eval:intrinsic")
 
 
-def _flow_logs(flow_run_id) -> list[str]:
-    from prefect import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=10)
-    out: list[str] = []
-    with get_client(sync_client=True) as client:
-        while True:  # the API returns at most 200 per call
-            page = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-                                    limit=200, offset=len(out))
-            out += [l.message for l in page]
-            if len(page) < 200:
-                return out
+_flow_logs = flow_logs  # flowtest_support: drained, then every page
 
 
 def _all_run_ids(flow_run_id) -> list:

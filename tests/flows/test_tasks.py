@@ -8,20 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from flowtest_support import flow_logs as _flow_logs  # drained first: logs travel asynchronously
+
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
 
 def _vocab(path: Path) -> Path:
     path.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *map(str, range(40))]))
     return path
-
-
-def _flow_logs(flow_run_id) -> list[str]:
-    from prefect import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    with get_client(sync_client=True) as client:
-        return [l.message for l in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
 
 
 def _task_runs(flow_run_id):
