@@ -49,6 +49,7 @@ from data_jobs.ragged import gather_ranges
 DEFAULT_BIN_SIZE = 32
 SHUFFLE_ROWS = 1 << 16  # rows shuffled together: a window of blocks of about this many rows, per bin
 BLOCK_CACHE_BYTES = 1 << 30  # decoded blocks kept per dataset (at least two windows' worth)
+OPEN_FILES = 64  # Parquet files a dataset keeps open at once
 PLAN_VERSION = 2  # 2: block-window shuffle over the job's own files (1: a whole-dataset shuffle of a decoded copy)
 COLUMNS = ["input_ids", "segment_a_len", "masked_positions", "masked_ids", "nsp_label"]
 
@@ -124,7 +125,7 @@ class InstanceDataset:
         self.bin_size = int(self.manifest.config.get("length_bin_size", DEFAULT_BIN_SIZE))
         self.files = sorted(self.manifest.files, key=lambda f: f.name)
         self.source = FileSource(self.loc, self.manifest.identity())
-        self._pq: dict[int, pq.ParquetFile] = {}
+        self._pq: OrderedDict[int, pq.ParquetFile] = OrderedDict()
         self._cache: OrderedDict[int, _Decoded] = OrderedDict()
         self._cache_bytes = 0
         self._lock = threading.Lock()
@@ -133,13 +134,30 @@ class InstanceDataset:
     # ---- the index: blocks and each row's bin, from the manifest (the footers only where it is silent)
 
     def _parquet(self, i: int) -> pq.ParquetFile:
-        if i not in self._pq:
-            path = self.source.path(self.files[i])
-            try:
-                self._pq[i] = pq.ParquetFile(path)
-            except (pa.ArrowException, OSError) as err:
-                raise UserError(f"{path}: unreadable Parquet: {str(err).splitlines()[0]}") from None
-        return self._pq[i]
+        """File ``i`` opened, the most recently used OPEN_FILES kept open (a dataset of thousands of
+        files must not hold a descriptor for each: the default limit is 1,024)."""
+        with self._lock:
+            if i in self._pq:
+                self._pq.move_to_end(i)
+                return self._pq[i]
+        path = self.source.path(self.files[i])
+        try:
+            opened = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: unreadable Parquet: {str(err).splitlines()[0]}") from None
+        with self._lock:
+            self._pq[i] = opened
+            while len(self._pq) > OPEN_FILES:
+                self._pq.popitem(last=False)  # closed when no thread reads it any more
+        return opened
+
+    def _metadata(self, i: int) -> pq.FileMetaData:
+        """File ``i``'s footer, read without keeping the file open."""
+        path = self.source.path(self.files[i])
+        try:
+            return pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as err:
+            raise UserError(f"{path}: unreadable Parquet: {str(err).splitlines()[0]}") from None
 
     def _index(self) -> None:
         self.blocks = blocks = []
@@ -147,7 +165,7 @@ class InstanceDataset:
         for i, entry in enumerate(self.files):
             groups = entry.meta.get("row_groups")
             if not (isinstance(groups, list) and sum(groups) == entry.rows):
-                md = self._parquet(i).metadata
+                md = self._metadata(i)
                 groups = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             if sum(groups) != entry.rows:
                 raise UserError(f"{self.dir}/{entry.name}: {sum(groups)} rows, its manifest entry says {entry.rows}")

@@ -155,6 +155,22 @@ def test_block_windows_keep_the_rows_of_a_batch_within_few_blocks(tmp_path, monk
     assert sorted(np.concatenate(plan).tolist()) == list(range(240))  # 240 rows, one bin, G=8: all used
 
 
+def test_a_dataset_of_many_files_keeps_few_open(tmp_path, monkeypatch):
+    """Thousands of part files must not mean thousands of open descriptors: at most OPEN_FILES, and the
+    batches are those of an unbounded reader."""
+    import bert_core.loader as loader_mod
+
+    d = write_dataset(tmp_path / "d", n=120, max_seq=32, file_sizes=[4] * 30)
+    plain = BatchLoader(InstanceDataset(d), 4, seed=2)
+    monkeypatch.setattr(loader_mod, "OPEN_FILES", 3)
+    few = InstanceDataset(d)
+    bounded = BatchLoader(few, 4, seed=2)
+    for _ in range(plain.batches_per_epoch()):
+        a, b = next(plain), next(bounded)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert len(few._pq) <= 3
+
+
 def test_old_cursors_are_refused_with_one_line(ds):
     state = BatchLoader(ds, 4, seed=1).state_dict()
     state.pop("plan")
