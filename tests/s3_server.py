@@ -1,4 +1,4 @@
-"""A real S3-compatible server on 127.0.0.1 for the tests: moto's server mode, in its own process
+"""A real S3-compatible server on 127.0.0.1 for the tests: moto's server (s3_serve.py), in its own process
 (a module of its own: conftest files are not importable). Never a mock of the client library: the
 code under test talks HTTP to it exactly as to S3 (conditional writes, multipart uploads, listings)."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ class S3Server:
 
     def start(self) -> "S3Server":
         with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("s3_serve.py")), "127.0.0.1", str(self.port)],
                                          stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
