@@ -1,0 +1,393 @@
+"""Every published figure is backed by a committed result (issue 26).
+
+The rules this test enforces on README.md and docs/**/*.md (docs/results/ holds result files, not
+documents):
+
+- **Blocks.** A document is cut into blocks: a paragraph, a list item, a table row, a heading (fenced
+  code is skipped). A block *cites* a result file when it links or names (in backticks) a path under
+  ``bench/results/`` or ``docs/results/`` (a folder cites every file in it). A table row or a list item
+  also cites what the paragraph right before its table or list cites (the caption / lead-in).
+- **Figures.** A figure is a decimal number as printed, ``12.9`` in ``12.9×``, ``−0.2``, ``81.0 %``
+  (integers, ``1e-4`` and version numbers such as ``ray 2.60`` are not figures here).
+- **Each figure appears in its file as printed.** Every figure of a block that cites result files must
+  appear in one of them as the same digits: a number token of a text/markdown file with exactly those
+  digits (``13.9`` matches ``+13.9`` and ``13.9``, never ``13.87`` or ``13.90``); a signed figure
+  (``+0.2``, ``−0.2``) needs the same sign in the file (unsigned there counts as ``+``). In a JSON file
+  a figure with k decimals matches a numeric value v when v, or 100·v, rounded half up to k decimals
+  prints those digits: that is the one rounding rule a document may apply itself.
+- **No figure without a file.** A figure in a block that cites no result file fails, unless it is
+  listed in ``NOT_MEASURED`` (published numbers, configuration values) with its reason, or its document
+  is listed in ``UNCITED_DEBT`` with the exact count of such figures still to back (a count that may
+  only go down: a new uncited figure fails).
+- **No two documents state different values for the same measurement.** A measurement is a (result
+  file, label) pair in ``MEASUREMENTS``: the label's printed value is read from the file by a pattern,
+  and every statement of it in any block that cites that file (found by the label's document pattern)
+  must print that value.
+"""
+from __future__ import annotations
+
+import json
+import re
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT_ROOTS = ("bench/results/", "docs/results/")
+
+# A figure: a decimal number, optionally signed; not part of a longer dotted token (a version, an
+# address, a file name) and not preceded by a letter or 'v' (v1.1, P2, x1.5 in a name).
+FIGURE = re.compile(r"(?<![\w.\-−+])([+\-−]?)(\d+\.\d+)(?![\d.]*\d)(?!\.\d)(?![\w])")
+# Numbers in result files: any signed decimal or integer token.
+FILE_NUMBER = re.compile(r"(?<![\w.])([+\-−]?)(\d+(?:\.\d+)?)(?![\d])")
+VERSION_WORDS = {"python", "ray", "torch", "deepspeed", "prefect", "transformers", "pyarrow", "tokenizers",
+                 "cuda", "v", "version", "pip", "moto", "syntok", "numpy", "pandas", "pydantic", "sqlite"}
+
+# Figures that are not measurements of this project (so cite no result file), by (document, the text
+# around the figure as printed in one block). Each has its reason.
+NOT_MEASURED: dict[str, list[tuple[str, str]]] = {
+    "README.md": [
+        ("SST-2 83.2, against", "Turc et al.'s published BERT-Tiny (GLUE test)"),
+    ],
+    "docs/model.md": [
+        ("1.88 GFLOP per token", "arithmetic: BERT-large's FLOPs per token from its shape"),
+        ("| 1.00× |", "computed: the row's sequences/s over the baseline row's, both in the cited JSON"),
+        ("| 0.82× |", "computed: the row's sequences/s over the baseline row's, both in the cited JSON"),
+        ("| 0.88× |", "computed: the row's sequences/s over the baseline row's, both in the cited JSON"),
+    ],
+    "docs/scaling.md": [
+        ("264/693 = 0.38", "arithmetic on NVIDIA's published A100 throughputs"),
+    ],
+    "docs/recipe.md": [
+        ("SST-2 83.2, MRPC F1 81.1, CoLA 0.0, STS-B 73.6, RTE 57.2", "Turc et al.'s published BERT-Tiny (GLUE test)"),
+        ("average 59.0", "Turc et al.'s published BERT-Tiny average"),
+        ("89.7 / 83.4 / 27.8 / 77.0 / 61.8 (67.9)", "Turc et al.'s published BERT-Small"),
+        ("SST-2 83.2, against", "Turc et al.'s published BERT-Tiny"),
+        ("4.4 M parameters", "the model's parameter count, from its shape"),
+        ("a point is 2.8 of", "arithmetic: RTE's dev set has 277 examples"),
+    ],
+}
+
+# Documents whose figures are not all backed yet: the exact number of figures in blocks that cite
+# no result file. Backing (or removing) one lowers the count; a new unbacked figure raises it and fails.
+UNCITED_DEBT: dict[str, int] = {
+    # README.md: none (every figure names its file).
+    "docs/data-instances.md": 130,
+    "docs/data-shard.md": 33,
+    "docs/evaluation.md": 14,
+    "docs/flows.md": 8,
+    "docs/model.md": 74,
+    "docs/recipe.md": 288,   # the earlier sessions' sections: their outputs were never committed
+    "docs/scaling.md": 63,
+    "docs/training.md": 93,
+}
+
+# (result file, label) -> how the file prints it, and how a document states it (group 1 = the figure).
+MEASUREMENTS = {
+    ("docs/results/cpu-tiny/comparison.md", "STS-B, pretrained − random init"): (
+        r"\| pretrained \(this pipeline\) − random init \(same shape\) \|(?:[^|]*\|){4}\s*([+\-]?\d+\.\d)",
+        r"STS-B (?:gain )?([+\-−]\d+\.\d)"),
+    ("docs/results/cpu-tiny/comparison.md", "SST-2, pretrained"): (
+        r"\| pretrained \(this pipeline\) \| (\d+\.\d) ±",
+        r"SST-2 (\d+\.\d) vs"),
+    ("docs/results/cpu-tiny/comparison.md", "GLUE average, pretrained"): (
+        r"\| pretrained \(this pipeline\) \|(?:[^|]*\|){5}\s*(\d+\.\d) ±",
+        r"GLUE average (\d+\.\d) vs"),
+    ("bench/results/bench_data_prep_2026-12-01_2030.txt", "instances only, 5 MB, wall ratio"): (
+        r"P1 5MB: original wall / ours wall: (\d+\.\d+)",
+        r"5 MB: (\d+\.\d+)× faster"),
+    ("bench/results/bench_data_prep_2026-12-01_2030.txt", "instances only, 52 MB, wall ratio"): (
+        r"P1 50MB: original wall / ours wall: (\d+\.\d+)",
+        r"52 MB: (\d+\.\d+)× faster"),
+}
+
+
+# ---------------------------------------------------------------- parsing
+
+def documents() -> list[Path]:
+    docs = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
+                                        if "results" not in p.relative_to(REPO / "docs").parts)
+    return docs
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+class Block:
+    def __init__(self, doc: str, line: int, text: str, kind: str):
+        self.doc, self.line, self.text, self.kind = doc, line, text, kind
+        self.cites: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def split_blocks(doc: str, text: str) -> list[Block]:
+    blocks: list[Block] = []
+    cur: Block | None = None
+    fenced = False
+
+    def close():
+        nonlocal cur
+        if cur is not None:
+            blocks.append(cur)
+        cur = None
+
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("```"):
+            close()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not s:
+            close()
+            blocks.append(Block(doc, n, "", "blank"))
+            continue
+        if s.startswith("|"):
+            close()
+            blocks.append(Block(doc, n, s, "row"))
+            continue
+        if s.startswith("#"):
+            close()
+            blocks.append(Block(doc, n, s, "heading"))
+            continue
+        if re.match(r"^\s*([-*]|\d+\.)\s", line) and not line.startswith("    " * 2):
+            close()
+            cur = Block(doc, n, s, "item")
+            continue
+        if cur is None:
+            cur = Block(doc, n, s, "para")
+        else:
+            cur.text += " " + s
+    close()
+    return blocks
+
+
+def cited_files(doc_path: Path, text: str) -> set[str]:
+    found: set[str] = set()
+    targets = [(doc_path.parent / m) for m in re.findall(r"\]\(([^)#\s]+)", text)]
+    targets += [REPO / m for m in re.findall(r"`([^`\s]+)`", text)]
+    targets += [REPO / m for m in re.findall(r"(?<![\w/.])((?:bench|docs)/results/[\w./\-]+\w/?)", text)]
+    for t in targets:
+        try:
+            r = t.resolve().relative_to(REPO).as_posix()
+        except ValueError:
+            continue
+        if not r.startswith(RESULT_ROOTS) and not (r.startswith("bench/results") and r.endswith(".json")):
+            continue
+        p = REPO / r
+        if p.is_dir():
+            found |= {rel(f) for f in p.rglob("*") if f.is_file() and f.suffix in (".md", ".txt", ".json")}
+        elif p.is_file():
+            found.add(r)
+        else:
+            found.add(r)  # a citation of a missing file: reported by test_cited_files_exist
+    return found
+
+
+def blocks_of(doc_path: Path, text: str | None = None) -> list[Block]:
+    text = doc_path.read_text(encoding="utf-8") if text is None else text
+    doc = rel(doc_path) if doc_path.is_absolute() else str(doc_path)
+    raw = split_blocks(doc, text)
+    lead: set[str] = set()        # what the last paragraph cited (a table's caption, a list's lead-in)
+    prev_kind = "blank"
+    out = []
+    for b in raw:
+        if b.kind == "blank":
+            prev_kind = "blank" if prev_kind not in ("row", "item") else prev_kind
+            continue
+        b.cites = cited_files(doc_path if doc_path.is_absolute() else REPO / doc_path, b.text)
+        if b.kind in ("row", "item"):
+            b.cites |= lead
+        elif b.kind == "para" and prev_kind in ("row", "item"):
+            lead = set()
+        if b.kind == "para":
+            lead = set(b.cites)
+        elif b.kind == "heading":
+            lead = set()
+        prev_kind = b.kind
+        out.append(b)
+    return out
+
+
+def figures(text: str) -> list[tuple[str, str, int]]:
+    """(sign, digits, position) of every figure in ``text``."""
+    out = []
+    for m in FIGURE.finditer(text):
+        before = text[:m.start()].rstrip(" (").split()
+        word = re.sub(r"[^a-z]", "", before[-1].lower()) if before else ""
+        if word in VERSION_WORDS or text[max(0, m.start() - 1):m.start()] == "v":
+            continue
+        sign = {"−": "-", "-": "-", "+": "+"}.get(m.group(1), "")
+        out.append((sign, m.group(2), m.start()))
+    return out
+
+
+# ---------------------------------------------------------------- matching
+
+_file_cache: dict[str, object] = {}
+
+
+def _load(r: str):
+    if r not in _file_cache:
+        p = REPO / r
+        if p.suffix == ".json":
+            vals: list[float] = []
+
+            def walk(x):
+                if isinstance(x, bool):
+                    return
+                if isinstance(x, (int, float)):
+                    vals.append(x)
+                elif isinstance(x, dict):
+                    for v in x.values():
+                        walk(v)
+                elif isinstance(x, list):
+                    for v in x:
+                        walk(v)
+            walk(json.loads(p.read_text()))
+            _file_cache[r] = ("json", vals)
+        else:
+            toks = {(({"−": "-"}.get(m.group(1), m.group(1)) or "+"), m.group(2))
+                    for m in FILE_NUMBER.finditer(p.read_text(encoding="utf-8", errors="replace"))}
+            _file_cache[r] = ("text", toks)
+    return _file_cache[r]
+
+
+def _round(v: float, k: int) -> str:
+    return str(Decimal(repr(v)).quantize(Decimal(1).scaleb(-k), rounding=ROUND_HALF_UP))
+
+
+def in_file(sign: str, digits: str, r: str) -> bool:
+    if not (REPO / r).is_file():
+        return False
+    kind, data = _load(r)
+    if kind == "text":
+        if sign:
+            return (sign, digits) in data
+        return ("+", digits) in data or ("-", digits) in data
+    k = len(digits.split(".")[1])
+    want = ("-" if sign == "-" else "") + digits
+    for v in data:
+        for x in (v, v * 100):
+            s = _round(x, k)
+            if s == want or (not sign and s == "-" + digits):
+                return True
+    return False
+
+
+def exempt(doc: str, block: Block, pos: int) -> bool:
+    for ctx, _why in NOT_MEASURED.get(doc, []):
+        i = block.text.find(ctx)
+        while i >= 0:
+            if i <= pos < i + len(ctx):
+                return True
+            i = block.text.find(ctx, i + 1)
+    return False
+
+
+def check(blocks: list[Block]) -> tuple[list[str], dict[str, int]]:
+    """(figures not found in their cited files, uncited figures per document)."""
+    wrong, uncited = [], {}
+    for b in blocks:
+        for sign, digits, pos in figures(b.text):
+            if exempt(b.doc, b, pos):
+                continue
+            if not b.cites:
+                uncited[b.doc] = uncited.get(b.doc, 0) + 1
+                continue
+            if not any(in_file(sign, digits, r) for r in b.cites):
+                wrong.append(f"{b}: {sign}{digits} is in none of {sorted(b.cites)}: "
+                             f"…{b.text[max(0, pos - 60):pos + 20]}…")
+    return wrong, uncited
+
+
+def conflicts(all_blocks: list[Block]) -> list[str]:
+    out = []
+    for (r, label), (file_pat, doc_pat) in MEASUREMENTS.items():
+        m = re.search(file_pat, (REPO / r).read_text(encoding="utf-8"))
+        assert m, f"{r}: label {label!r} not found by {file_pat!r}"
+        value = m.group(1).lstrip("+")
+        stated = []
+        for b in all_blocks:
+            if r not in b.cites:
+                continue
+            for dm in re.finditer(doc_pat, b.text):
+                stated.append((str(b), dm.group(1).replace("−", "-").lstrip("+")))
+        for where, v in stated:
+            if v != value:
+                out.append(f"{where}: {label} ({r}) stated as {v}, the file prints {value}")
+    return out
+
+
+# ---------------------------------------------------------------- tests
+
+ALL = {rel(p): blocks_of(p) for p in documents()}
+
+
+@pytest.mark.parametrize("doc", sorted(ALL))
+def test_each_figure_appears_in_its_cited_file(doc):
+    wrong, _ = check(ALL[doc])
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("doc", sorted(ALL))
+def test_no_figure_without_a_file(doc):
+    _, uncited = check(ALL[doc])
+    n = uncited.get(doc, 0)
+    allowed = UNCITED_DEBT.get(doc, 0)
+    if n > allowed:
+        lines = [f"{b}: {s}{d} …{b.text[max(0, p - 50):p + 15]}…" for b in ALL[doc] if not b.cites
+                 for s, d, p in figures(b.text) if not exempt(doc, b, p)]
+        pytest.fail(f"{doc}: {n} figures cite no result file (allowed {allowed}):\n" + "\n".join(lines))
+    assert n == allowed, f"{doc}: {allowed - n} uncited figures were backed: lower UNCITED_DEBT to {n}"
+
+
+def test_cited_files_exist():
+    missing = sorted({f"{b}: {r}" for bs in ALL.values() for b in bs for r in b.cites
+                      if not (REPO / r).is_file()})
+    assert not missing, "\n".join(missing)
+
+
+def test_no_two_statements_of_one_measurement_differ():
+    assert not conflicts([b for bs in ALL.values() for b in bs])
+
+
+# The rules can fail: a wrong figure, a hand-rounded one, an uncited one and a conflicting one are caught.
+
+def _fake(text: str, name: str = "docs/fake.md") -> list[Block]:
+    return blocks_of(Path(name), text)
+
+
+def test_a_wrong_figure_is_caught():
+    ok = _fake("Per task: STS-B +13.9 ([report](results/cpu-tiny/comparison.md)).\n")
+    assert check(ok)[0] == []
+    for bad in ("STS-B +13.8", "STS-B +13.87", "STS-B −13.9", "STS-B 13.90"):
+        wrong, _ = check(_fake(f"Per task: {bad} ([report](results/cpu-tiny/comparison.md)).\n"))
+        assert len(wrong) == 1, bad
+
+
+def test_json_rounding_rule():
+    r = "docs/results/cpu-tiny/comparison.json"
+    assert in_file("", "0.0765", r) and in_file("", "95.8", r)   # nsp_acc 0.958... ×100, rounded half up
+    assert not in_file("", "99.1", r)
+    assert in_file("", "0.07653", r) and not in_file("", "0.07654", r)   # 0.0765318...: half up
+
+
+def test_a_table_row_inherits_its_caption_and_an_uncited_figure_is_counted():
+    text = ("Caption ([report](results/cpu-tiny/comparison.md)):\n\n| a | b |\n|---|---|\n| x | 81.0 |\n"
+            "| y | 99.9 |\n\nA paragraph with 12.3 and no file.\n")
+    wrong, uncited = check(_fake(text))
+    assert len(wrong) == 1 and "99.9" in wrong[0]
+    assert uncited == {"docs/fake.md": 1}
+
+
+def test_two_documents_stating_different_values_conflict():
+    a = _fake("SST-2 81.0 vs 81.2 ([r](results/cpu-tiny/comparison.md))\n", "docs/a.md")
+    b = _fake("STS-B +13.8 ([r](results/cpu-tiny/comparison.md))\n", "docs/b.md")
+    found = conflicts(a + b)
+    assert len(found) == 1 and "13.8" in found[0] and "13.9" in found[0]
