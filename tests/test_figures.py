@@ -16,7 +16,10 @@ documents):
   digits (``13.9`` matches ``+13.9`` and ``13.9``, never ``13.87`` or ``13.90``); a signed figure
   (``+0.2``, ``−0.2``) needs the same sign in the file (unsigned there counts as ``+``). In a JSON file
   a figure with k decimals matches a numeric value v when v, or 100·v, rounded half up to k decimals
-  prints those digits: that is the one rounding rule a document may apply itself.
+  prints those digits: that is the one rounding rule a document may apply itself. A duration with
+  minutes or hours (``7 min 50 s``, ``1 h 20 min``, ``12 min``) must appear as printed, or the file
+  must print a number of seconds (``470.4 s``) or an ``h:mm:ss`` whose whole seconds (truncated) are
+  the same total. Integers and seconds-only durations are not checked.
 - **No figure without a file.** A figure in a block that cites no result file fails, unless it is
   listed in ``NOT_MEASURED`` (published numbers, configuration values) with its reason, or its document
   is listed in ``UNCITED_DEBT`` with the exact count of such figures still to back (a count that may
@@ -44,6 +47,9 @@ RESULT_ROOTS = ("bench/results/", "docs/results/")
 FIGURE = re.compile(r"(?<![\w.\-−+])([+\-−]?)(\d+\.\d+)(?![\d.]*\d)(?!\.\d)(?![\w])")
 # Numbers in result files: any signed decimal or integer token.
 FILE_NUMBER = re.compile(r"(?<![\w.])([+\-−]?)(\d+(?:\.\d+)?)(?![\d])")
+# A duration: "7 min 50 s", "1 h 20 min", "61 s" (integer parts). It matches its file when the file
+# prints the same text, or prints a number of seconds whose whole part (truncated) is the same total.
+DURATION = re.compile(r"(?<![\d.,:])(?:(\d+) h )?(?:(\d+) min)?(?: ?(?<![\d])(\d+) s)?(?![\w/])")
 VERSION_WORDS = {"python", "ray", "torch", "deepspeed", "prefect", "transformers", "pyarrow", "tokenizers",
                  "cuda", "v", "version", "pip", "moto", "syntok", "numpy", "pandas", "pydantic", "sqlite"}
 
@@ -94,7 +100,7 @@ UNCITED_DEBT: dict[str, int] = {
     "docs/evaluation.md": 4,
     "docs/flows.md": 8,
     "docs/model.md": 66,
-    "docs/recipe.md": 288,   # the earlier sessions' sections: their outputs were never committed
+    "docs/recipe.md": 283,   # the earlier sessions' sections: their outputs were never committed
     "docs/scaling.md": 63,
     "docs/training.md": 73,
 }
@@ -314,6 +320,36 @@ def in_file(sign: str, digits: str, r: str) -> bool:
     return False
 
 
+def durations(text: str) -> list[tuple[str, int, int]]:
+    """(as printed, total seconds, position) of every duration with minutes or hours in ``text``."""
+    out = []
+    for m in DURATION.finditer(text):
+        h, mi, sec = m.group(1), m.group(2), m.group(3)
+        if not (mi or h) or not m.group(0).strip():
+            continue
+        if h and not mi:
+            continue
+        total = int(h or 0) * 3600 + int(mi or 0) * 60 + int(sec or 0)
+        out.append((m.group(0).strip(), total, m.start()))
+    return out
+
+
+def duration_in_file(printed: str, total: int, r: str) -> bool:
+    p = REPO / r
+    if not p.is_file() or p.suffix == ".json":
+        return False
+    text = p.read_text(encoding="utf-8", errors="replace")
+    if re.search(r"(?<![\d])" + re.escape(printed) + r"(?![\d])", text):
+        return True
+    for m in re.finditer(r"(?<![\d.])(\d+(?:,\d{3})*)(?:\.\d+)? s\b", text):
+        if int(m.group(1).replace(",", "")) == total:
+            return True
+    for m in re.finditer(r"(?<![\d:])(\d+):(\d\d):(\d\d)(?![\d])", text):
+        if int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) == total:
+            return True
+    return False
+
+
 def exempt(doc: str, block: Block, pos: int) -> bool:
     for ctx, _why in NOT_MEASURED.get(doc, []):
         i = block.text.find(ctx)
@@ -337,6 +373,14 @@ def check(blocks: list[Block]) -> tuple[list[str], dict[str, int]]:
             if not any(in_file(sign, digits, r) for r in b.cites):
                 wrong.append(f"{b}: {sign}{digits} is in none of {sorted(b.cites)}: "
                              f"…{b.text[max(0, pos - 60):pos + 20]}…")
+        if not b.cites:
+            continue
+        for printed, total, pos in durations(b.text):
+            if exempt(b.doc, b, pos):
+                continue
+            if not any(duration_in_file(printed, total, r) for r in b.cites):
+                wrong.append(f"{b}: duration {printed!r} is in none of {sorted(b.cites)}: "
+                             f"…{b.text[max(0, pos - 60):pos + 30]}…")
     return wrong, uncited
 
 
@@ -433,3 +477,15 @@ def test_each_registered_measurement_is_stated_somewhere():
     blocks = [b for bs in ALL.values() for b in bs]
     for (r, label), (_file_pat, doc_pat) in MEASUREMENTS.items():
         assert any(r in b.cites and re.search(doc_pat, b.text) for b in blocks), (r, label)
+
+
+def test_a_wrong_duration_is_caught():
+    cite = "([result](results/timings/demo_2026-12-03_1444.txt))"
+    ok = _fake(f"`make install` 7 min 50 s, then `make demo` 4 min 2 s {cite}.\n")
+    assert check(ok)[0] == []                       # 470.405… s and 242.507… s, truncated
+    for bad in ("7 min 51 s", "8 min", "1 h 20 min"):
+        wrong, _ = check(_fake(f"`make install` {bad} {cite}.\n"))
+        assert len(wrong) == 1, bad
+    loaded = "([r](results/timings/make_test_loaded_2026-12-03_1358.txt))"
+    assert check(_fake(f"pytest 1 h 9 min 42 s {loaded}\n"))[0] == []   # the file's 1:09:42
+    assert len(check(_fake(f"pytest 1 h 10 min {loaded}\n"))[0]) == 1    # rounded by hand
