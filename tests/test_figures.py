@@ -42,9 +42,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 RESULT_ROOTS = ("bench/results/", "docs/results/")
 
-# A figure: a decimal number, optionally signed; not part of a longer dotted token (a version, an
-# address, a file name) and not preceded by a letter or 'v' (v1.1, P2, x1.5 in a name).
-FIGURE = re.compile(r"(?<![\w.\-−+])([+\-−]?)(\d+\.\d+)(?![\d.]*\d)(?!\.\d)(?![\w])")
+# A figure: a decimal number, optionally signed, bare or with a unit or "x"/"×"/"%" after it; not part
+# of a longer dotted token (a version, an address, a file name), not glued to a letter before it (v1.1)
+# or after it (17.0k: a figure written in thousands is not compared).
+FIGURE = re.compile(r"(?<![\w.\-−+])([+\-−]?)(\d+\.\d+)(?![\d.]*\d)(?!\.\d)(?!x\w)(?![A-Za-wyz0-9_])")
 # Numbers in result files: any signed decimal or integer token.
 FILE_NUMBER = re.compile(r"(?<![\w.])([+\-−]?)(\d+(?:\.\d+)?)(?![\d])")
 # A duration: "7 min 50 s", "1 h 20 min", "61 s" (integer parts). It matches its file when the file
@@ -102,7 +103,7 @@ UNCITED_DEBT: dict[str, int] = {
     "docs/model.md": 66,
     "docs/recipe.md": 283,   # the earlier sessions' sections: their outputs were never committed
     "docs/scaling.md": 63,
-    "docs/training.md": 73,
+    "docs/training.md": 80,
 }
 
 # (result file, label) -> how the file prints it, and how a document states it (group 1 = the figure).
