@@ -1,0 +1,115 @@
+"""The data jobs writing to ``s3://`` on a real S3-compatible server (moto's server on 127.0.0.1, no
+mock of the client): the same bytes as a run into a local directory, a rerun skipped as complete,
+someone else's objects refused in one line and left untouched."""
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from contracts.schema import MANIFEST_NAME, Manifest
+from contracts.storage import location
+from data_jobs import vocab_job
+from data_jobs.config import InstancesConfig, VocabConfig
+from data_jobs.instances_job import main, run, status
+from instances_helpers import write_documents, write_tiny_vocab
+
+WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+         "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def _documents(n: int = 24, seed: int = 0) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + " ."
+             for _ in range(rng.randint(2, 9))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Three tiny document shards and a 32-token vocab, local (the jobs' inputs)."""
+    root = tmp_path_factory.mktemp("jobs_s3")
+    write_documents(root / "shards", _documents(), num_shards=3)
+    vocab_job.run(VocabConfig(output_dir=str(root / "vocab"),
+                              vocab_file=str(write_tiny_vocab(root / "words.txt", WORDS + ["."]))))
+    return root
+
+
+def _inst(inputs, out: str, **kw) -> InstancesConfig:
+    base = dict(shards_dir=str(inputs / "shards"), vocab_dir=str(inputs / "vocab"), output_dir=out,
+                max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2, random_pool_docs=16, engine="local")
+    return InstancesConfig(**{**base, **kw})
+
+
+def _without_location(manifest: dict) -> dict:
+    """A manifest less the fields that say where and how widely the job ran (output_dir, num_workers)."""
+    run_fields = InstancesConfig.run_fields
+    return {**manifest, "config": {k: v for k, v in manifest["config"].items() if k not in run_fields}}
+
+
+def _without_worker(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "worker"}  # diagnostics: the worker's RSS and CPU time
+
+
+def test_instances_on_s3_are_the_bytes_of_a_local_run(inputs, s3_env):
+    local_dir = inputs / "inst-local"
+    local = run(_inst(inputs, str(local_dir), num_workers=1))
+    uri = s3_env + "/runs/inst"
+    remote = run(_inst(inputs, uri, num_workers=2))
+    loc = location(uri)
+    objects = loc.list()
+    assert sorted(m.name for m in objects) == sorted(p.name for p in local_dir.iterdir())  # no lock, no scratch left
+    for m in objects:
+        data, here = loc.read(m.name), (local_dir / m.name).read_bytes()
+        if m.name == MANIFEST_NAME:
+            assert _without_location(json.loads(data)) == _without_location(json.loads(here))
+        elif m.name.endswith(".done.json"):
+            assert _without_worker(json.loads(data)) == _without_worker(json.loads(here))
+        else:
+            assert data == here, m.name  # every part file, byte for byte
+    assert remote.files == local.files and remote.totals == local.totals and remote.stats == local.stats
+    assert Manifest.read(uri) == remote and remote.config["output_dir"] == uri
+    # every entry says how its file is cut into row groups: a reader plans its blocks without the footers
+    for entry in local.files:
+        md = pq.read_metadata(local_dir / entry.name)
+        assert entry.meta["row_groups"] == [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+        assert sum(entry.meta["row_groups"]) == entry.rows > 0
+    # a rerun finds it complete and writes nothing
+    before = {m.name: m.etag for m in loc.list()}
+    assert status(_inst(inputs, uri), deep=True).done
+    assert run(_inst(inputs, uri, num_workers=2)) == remote
+    assert {m.name: m.etag for m in loc.list()} == before
+
+
+def test_a_lost_object_is_made_again_with_the_same_bytes(inputs, s3_env):
+    uri = s3_env + "/inst"
+    cfg = _inst(inputs, uri, num_workers=1, sentence_task="sop")
+    first = run(cfg)
+    loc = location(uri)
+    victim = first.files[0].name
+    good = loc.read(victim)
+    others = {m.name: m.etag for m in loc.list() if not m.name.startswith(victim[:10]) and m.name != MANIFEST_NAME}
+    loc.delete(victim)
+    assert status(cfg).state == "partial"
+    assert run(cfg) == first
+    assert loc.read(victim) == good
+    assert {n: e for n, e in ((m.name, m.etag) for m in loc.list()) if n in others} == others  # only its shard redone
+
+
+def test_someone_elses_prefix_is_refused_and_untouched(inputs, s3_env, capsys):
+    uri = s3_env + "/shared"
+    loc = location(uri)
+    loc.write("notes.txt", b"the user's own notes\n")
+    before = [(m.name, m.etag) for m in loc.list()]
+    flags = ["--shards-dir", str(inputs / "shards"), "--vocab-dir", str(inputs / "vocab"), "--max-seq-length", "32",
+             "--dupe-factor", "1", "--engine", "local", "--num-workers", "1"]
+    capsys.readouterr()
+    assert main(flags + ["--output-dir", uri]) == 2
+    assert main(flags + ["--output-dir", "s3://bertflow-no-such-bucket/inst"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err
+    assert err[0] == (f"bertflow: error: {uri}: not empty and holds files this job did not write (notes.txt); "
+                      "use a new output dir")
+    assert err[1].startswith("bertflow: error: s3://bertflow-no-such-bucket/inst") and "bucket not found" in err[1]
+    assert [(m.name, m.etag) for m in loc.list()] == before
