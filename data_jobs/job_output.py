@@ -73,3 +73,25 @@ def write_json(out: str, name: str, obj: Any) -> None:
 def join(out: str, name: str) -> str:
     """How messages name a file of ``out``."""
     return f"{out.rstrip('/')}/{name}" if is_uri(out) else str(Path(out) / name)
+
+
+@contextmanager
+def local_copy(dataset: str, names: Iterable[tuple[str, int, str]]) -> Iterator[Path]:
+    """A local directory holding the named files of ``dataset``: the directory itself where it is
+    local; else a node-local scratch copy of each ``(name, bytes, sha256)`` (checked against the
+    manifest's size and checksum: a changed object is refused in one line), removed afterwards."""
+    from contracts.common import UserError, sha256_file
+
+    if not is_uri(dataset):
+        yield Path(dataset)
+        return
+    loc = location(dataset)
+    with staged(dataset) as work:
+        for name, size, digest in names:
+            try:
+                loc.download(name, work / name)
+            except FileNotFoundError:
+                raise UserError(f"{join(dataset, name)}: missing (listed in its manifest)") from None
+            if (work / name).stat().st_size != size or sha256_file(work / name) != digest:
+                raise UserError(f"{join(dataset, name)}: changed since its manifest was written (size or checksum)")
+        yield work

@@ -113,3 +113,54 @@ def test_someone_elses_prefix_is_refused_and_untouched(inputs, s3_env, capsys):
                       "use a new output dir")
     assert err[1].startswith("bertflow: error: s3://bertflow-no-such-bucket/inst") and "bucket not found" in err[1]
     assert [(m.name, m.etag) for m in loc.list()] == before
+
+
+def _upload_dir(local_dir, uri: str) -> None:
+    loc = location(uri)
+    for p in sorted(local_dir.iterdir()):
+        loc.upload(p.name, p)
+
+
+def test_vocab_from_shards_on_s3_to_s3_is_the_vocab_of_a_local_run(inputs, s3_env):
+    shards_uri = s3_env + "/docs"
+    _upload_dir(inputs / "shards", shards_uri)  # the documents dataset, manifest included, on the store
+    base = dict(vocab_size=100, min_frequency=1)
+    local = vocab_job.run(VocabConfig(shards_dir=str(inputs / "shards"), output_dir=str(inputs / "vocab-local"), **base))
+    uri = s3_env + "/vocab"
+    cfg = VocabConfig(shards_dir=shards_uri, output_dir=uri, **base)
+    remote = vocab_job.run(cfg)
+    loc = location(uri)
+    assert sorted(m.name for m in loc.list()) == ["manifest.json", "vocab.txt"]
+    assert loc.read("vocab.txt") == (inputs / "vocab-local" / "vocab.txt").read_bytes()
+    assert remote.vocab_hash == local.vocab_hash and remote.files == local.files
+    assert remote.totals == {**local.totals, "vocab_file": uri + "/vocab.txt"}  # the same source_hash too
+    assert {**remote.config, "shards_dir": None, "output_dir": None} == {**local.config, "shards_dir": None,
+                                                                          "output_dir": None}
+    assert Manifest.read(uri) == remote
+    before = {m.name: m.etag for m in loc.list()}
+    assert vocab_job.status(cfg, deep=True).done
+    assert vocab_job.run(cfg) == remote and {m.name: m.etag for m in loc.list()} == before
+    # an adopted vocab.txt goes to the store the same way
+    adopted = vocab_job.run(VocabConfig(vocab_file=str(inputs / "words.txt"), output_dir=s3_env + "/adopted"))
+    assert location(s3_env + "/adopted").read("vocab.txt") == (inputs / "words.txt").read_bytes()
+    assert adopted.vocab_hash == Manifest.read(inputs / "vocab").vocab_hash
+
+
+def test_vocab_refuses_a_changed_shard_on_s3_and_someone_elses_prefix(inputs, s3_env, capsys):
+    shards_uri = s3_env + "/docs"
+    _upload_dir(inputs / "shards", shards_uri)
+    location(shards_uri).write("shard-00001.parquet", b"not the shard the manifest vouches for")
+    capsys.readouterr()
+    assert vocab_job.main(["--shards-dir", shards_uri, "--output-dir", s3_env + "/v", "--vocab-size", "100"]) == 2
+    taken = location(s3_env + "/taken")
+    taken.write("vocab.txt", b"someone's own vocab\n")
+    before = [(m.name, m.etag) for m in taken.list()]
+    assert vocab_job.main(["--vocab-file", str(inputs / "words.txt"), "--output-dir", s3_env + "/taken"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err
+    assert err[0] == (f"bertflow: error: {shards_uri}/shard-00001.parquet: changed since its manifest was written "
+                      "(size or checksum)")
+    assert err[1].startswith(f"bertflow: error: {s3_env}/taken: not empty and holds files this job did not write "
+                             "(vocab.txt)")
+    assert [(m.name, m.etag) for m in taken.list()] == before
+    assert location(s3_env + "/v").list() == []  # nothing left behind by the refused run
