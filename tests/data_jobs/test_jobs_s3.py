@@ -82,6 +82,30 @@ def test_instances_on_s3_are_the_bytes_of_a_local_run(inputs, s3_env):
     assert {m.name: m.etag for m in loc.list()} == before
 
 
+@pytest.mark.ray
+def test_ray_workers_upload_the_same_bytes(inputs, s3_env, tmp_path):
+    """The CLI on a local Ray cluster it starts itself (its workers inherit the AWS_* variables): the
+    part files each Ray worker uploads are those of a local run."""
+    import os
+    import subprocess
+    import sys
+
+    local_dir = tmp_path / "local"
+    run(_inst(inputs, str(local_dir), num_workers=1))
+    uri = s3_env + "/ray"
+    flags = ["--shards-dir", str(inputs / "shards"), "--vocab-dir", str(inputs / "vocab"), "--output-dir", uri,
+             "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--dupe-factor", "2",
+             "--random-pool-docs", "16", "--engine", "ray", "--num-workers", "2"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-m", "data_jobs.instances_job", *flags], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loc = location(uri)
+    parts = [m.name for m in loc.list() if m.name.endswith(".parquet")]
+    assert parts == sorted(p.name for p in local_dir.glob("*.parquet"))
+    assert all(loc.read(n) == (local_dir / n).read_bytes() for n in parts)
+
+
 def test_a_lost_object_is_made_again_with_the_same_bytes(inputs, s3_env):
     uri = s3_env + "/inst"
     cfg = _inst(inputs, uri, num_workers=1, sentence_task="sop")
