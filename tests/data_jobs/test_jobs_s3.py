@@ -12,7 +12,7 @@ import pytest
 from contracts.schema import MANIFEST_NAME, Manifest
 from contracts.storage import location
 from data_jobs import vocab_job
-from data_jobs.config import InstancesConfig, VocabConfig
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from data_jobs.instances_job import main, run, status
 from instances_helpers import write_documents, write_tiny_vocab
 
@@ -188,3 +188,50 @@ def test_vocab_refuses_a_changed_shard_on_s3_and_someone_elses_prefix(inputs, s3
                              "(vocab.txt)")
     assert [(m.name, m.etag) for m in taken.list()] == before
     assert location(s3_env + "/v").list() == []  # nothing left behind by the refused run
+
+
+def _write_corpus(d, n: int = 30) -> None:
+    """Two files in BERT format (sentence per line, blank line between documents), with exact copies
+    across them for the corpus-wide dedup."""
+    d.mkdir(parents=True, exist_ok=True)
+    docs = ["\n".join(sents) for sents in _documents(n, seed=1)]
+    (d / "a.txt").write_text("\n\n".join(docs[: n // 2]) + "\n", encoding="utf-8")
+    (d / "b.txt").write_text("\n\n".join(docs[n // 2:] + docs[:3]) + "\n", encoding="utf-8")
+
+
+def test_shards_on_s3_are_the_bytes_of_a_local_run(tmp_path, s3_env, capsys):
+    from data_jobs import shard_job
+
+    _write_corpus(tmp_path / "corpus")
+    base = dict(inputs=[str(tmp_path / "corpus")], input_format="bert", num_shards=3, engine="local")
+    local = shard_job.run(ShardConfig(output_dir=str(tmp_path / "docs"), num_workers=1, **base))
+    uri = s3_env + "/docs"
+    cfg = ShardConfig(output_dir=uri, num_workers=2, **base)
+    remote = shard_job.run(cfg)
+    loc = location(uri)
+    names = sorted(m.name for m in loc.list())
+    assert names == sorted(p.name for p in (tmp_path / "docs").iterdir())  # no .work, no lock left
+    for name in names:
+        if name != MANIFEST_NAME:
+            assert loc.read(name) == (tmp_path / "docs" / name).read_bytes(), name
+    assert local.totals["dropped"] == {"duplicate": 3}
+    assert remote.files == local.files and remote.totals == local.totals and remote.stats == local.stats
+    assert _without_location(json.loads(loc.read(MANIFEST_NAME))) == _without_location(local.model_dump(mode="json"))
+    before = {m.name: m.etag for m in loc.list()}
+    assert shard_job.status(cfg, deep=True).done
+    assert shard_job.run(cfg) == remote and {m.name: m.etag for m in loc.list()} == before
+    # a lost shard is made again, byte for byte
+    good = loc.read("shard-00001.parquet")
+    loc.delete("shard-00001.parquet")
+    assert shard_job.status(cfg).state == "partial"
+    assert shard_job.run(cfg) == remote and loc.read("shard-00001.parquet") == good
+    # someone else's prefix: one line, untouched
+    taken = location(s3_env + "/taken")
+    taken.write("part-00000.parquet", b"another tool's output")
+    before = [(m.name, m.etag) for m in taken.list()]
+    capsys.readouterr()
+    assert shard_job.main(["--input", str(tmp_path / "corpus"), "--output-dir", s3_env + "/taken"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertflow: error: {s3_env}/taken: not empty and not a bertflow documents dataset; "
+                   "use a new output dir"]
+    assert [(m.name, m.etag) for m in taken.list()] == before
