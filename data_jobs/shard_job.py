@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
                               stable_hash)
-from contracts.storage import is_uri
+from contracts.storage import is_uri, location
 from data_jobs.config import ShardConfig
 from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
@@ -35,19 +35,34 @@ WORK = ".work"
 
 
 def _input_records(units: list[Unit], known: list | None = None) -> list[list]:
-    """[source, size, mtime_ns, sha256] of every input file: its identity is (source, size, sha256),
-    independent of where the corpus lies; ``known`` records of the last run spare re-reading files whose
-    size and mtime did not change."""
+    """[source, size, mtime_ns, sha256] of every input file (an object's etag in place of the mtime): its
+    identity is (source, size, sha256), independent of where the corpus lies; ``known`` records of the last
+    run spare re-reading files whose size and mtime did not change."""
     cache = {(r[0], r[1], r[2]): r[3] for r in known or [] if len(r) == 4}
     rows = []
     for u in units:
         if u.fmt == "builtin" or u.path.startswith("builtin:"):
             rows.append([u.source, 0, 0, stable_hash([u.source, sys.version])])
+        elif is_uri(u.path):  # an object: its etag stands in for the mtime
+            parent, name = u.path.rsplit("/", 1)
+            meta = location(parent).head(name)
+            if meta is None:
+                raise UserError(f"{u.path}: no such object (removed while the job started?)")
+            digest = cache.get((u.source, meta.size, meta.etag)) or _object_sha256(u.path)
+            rows.append([u.source, meta.size, meta.etag, digest])
         else:
             st = os.stat(u.path)
             digest = cache.get((u.source, st.st_size, st.st_mtime_ns)) or sha256_file(u.path)
             rows.append([u.source, st.st_size, st.st_mtime_ns, digest])
     return rows
+
+
+def _object_sha256(uri: str) -> str:
+    """The SHA-256 of an object, from a node-local scratch copy (objects can be larger than memory)."""
+    from data_jobs.shard_tasks import local_unit
+
+    with local_unit(Unit(uri, "", "auto")) as here:
+        return sha256_file(here.path)
 
 
 def _inputs_hash(records: list[list]) -> str:
@@ -118,7 +133,8 @@ def _prepare_output(stage: StageDir, config: ShardConfig, chash: str, ihash: str
             store.delete(WORK)
             for e in old.files:
                 rec = {**e.meta, "name": e.name, "rows": e.rows, "bytes": e.bytes, "sha256": e.sha256}
-                write_json(join(out, WORK), f"done/{e.meta['shard']:05d}.json", {**rec, "config_hash": f"{chash}:{ihash}"})
+                write_json(join(out, WORK), f"done/{e.meta['shard']:05d}.json",
+                           {**rec, "config_hash": f"{chash}:{ihash}"})
         # From here on the directory is being rewritten: it must not look finished.
         stage.retract()
     elif stage.foreign() and not config.overwrite:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -125,16 +126,30 @@ def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str
         buffered, flushes = 0, flushes + 1
 
     for unit in units:
-        for doc in read_unit(unit, config, stats):
-            buckets[shard_of(doc.doc_id, n)].append(
-                (doc.doc_id, doc.source, doc.sentences, content_hash(doc.sentences))
-            )
-            buffered += sum(len(s) for s in doc.sentences)
-            if buffered >= FLUSH_BYTES:
-                flush()
+        with local_unit(unit) as here:  # an object: read from a scratch copy, streamed as a file
+            for doc in read_unit(here, config, stats):
+                buckets[shard_of(doc.doc_id, n)].append(
+                    (doc.doc_id, doc.source, doc.sentences, content_hash(doc.sentences))
+                )
+                buffered += sum(len(s) for s in doc.sentences)
+                if buffered >= FLUSH_BYTES:
+                    flush()
     flush()
     return {"kept": stats.kept, "files_read": stats.files_read, "dropped": dict(stats.dropped),
             "files_skipped": dict(stats.files_skipped), "problems": dict(stats.problems)}
+
+
+@contextmanager
+def local_unit(unit: Unit) -> Iterator[Unit]:
+    """``unit`` itself, or for an object (``s3://``) a node-local scratch copy under the same file name
+    (so its suffix still tells the format), removed afterwards."""
+    if not is_uri(unit.path):
+        yield unit
+        return
+    parent, name = unit.path.rsplit("/", 1)
+    with staged(unit.path) as scratch:
+        location(parent).download(name, scratch / name)
+        yield Unit(str(scratch / name), unit.source, unit.fmt)
 
 
 def _read_dir(work: str, subdir: str, schema: pa.Schema) -> pa.Table:

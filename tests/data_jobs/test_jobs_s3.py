@@ -9,6 +9,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.common import UserError
 from contracts.schema import MANIFEST_NAME, Manifest
 from contracts.storage import location
 from data_jobs import vocab_job
@@ -235,3 +236,27 @@ def test_shards_on_s3_are_the_bytes_of_a_local_run(tmp_path, s3_env, capsys):
     assert err == [f"bertflow: error: {s3_env}/taken: not empty and not a bertflow documents dataset; "
                    "use a new output dir"]
     assert [(m.name, m.etag) for m in taken.list()] == before
+
+
+def test_shard_inputs_from_an_s3_prefix_or_glob_give_the_local_shards(tmp_path, s3_env):
+    from data_jobs import shard_job
+
+    _write_corpus(tmp_path / "corpus")
+    (tmp_path / "corpus" / "c.bin").write_bytes(bytes(range(256)) * 8)  # binary: left out by the glob
+    _upload_dir(tmp_path / "corpus", s3_env + "/raw/corpus")
+    base = dict(input_format="bert", num_shards=2, engine="local", num_workers=2)
+    local = shard_job.run(ShardConfig(inputs=[str(tmp_path / "corpus" / "*.txt")], output_dir=str(tmp_path / "docs"),
+                                      **base))
+    from_glob = shard_job.run(ShardConfig(inputs=[s3_env + "/raw/corpus/*.txt"], output_dir=str(tmp_path / "g"), **base))
+    assert shard_job.status(ShardConfig(inputs=[s3_env + "/raw/corpus/*.txt"], output_dir=str(tmp_path / "g"),
+                                        **base)).done
+    for name in ("shard-00000.parquet", "shard-00001.parquet"):
+        assert (tmp_path / "g" / name).read_bytes() == (tmp_path / "docs" / name).read_bytes()
+    assert from_glob.files == local.files and from_glob.totals == local.totals
+    assert from_glob.stats["inputs_hash"] == local.stats["inputs_hash"]  # same names, sizes and checksums
+    # a whole prefix, into s3: the .bin object is read too (and skipped as binary, counted)
+    both = shard_job.run(ShardConfig(inputs=[s3_env + "/raw/corpus"], output_dir=s3_env + "/docs", **base))
+    assert both.totals["documents_kept"] == local.totals["documents_kept"] and both.totals["files_read"] == 2
+    assert sum(both.totals["files_skipped"].values()) == 1
+    with pytest.raises(UserError, match="no objects match this pattern"):
+        shard_job.run(ShardConfig(inputs=[s3_env + "/raw/*.gz"], output_dir=str(tmp_path / "x"), **base))
