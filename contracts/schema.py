@@ -83,7 +83,13 @@ class Manifest(BaseModel):
     totals: dict[str, Any] = Field(default_factory=dict)
     stats: dict[str, Any] = Field(default_factory=dict)
 
-    def write(self, directory: str | Path) -> Path:
+    def write(self, directory: str | Path) -> Path | str:
+        """Write the manifest (last: it is what makes the dataset exist) into a directory or an
+        object-store prefix; the same bytes either way."""
+        if is_uri(directory):
+            body = json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+            location(str(directory)).write(MANIFEST_NAME, body.encode("utf-8"))
+            return f"{str(directory).rstrip('/')}/{MANIFEST_NAME}"
         path = Path(directory) / MANIFEST_NAME
         write_json_atomic(path, self.model_dump(mode="json"))
         return path
@@ -122,7 +128,12 @@ class Manifest(BaseModel):
         return stable_hash([self.kind, self.config_hash, self.vocab_hash, files])
 
     def verify_files(self, directory: str | Path, deep: bool = True) -> list[str]:
-        """Return a list of problems ('<file>: missing', '<file>: checksum mismatch'); empty if sound."""
+        """Return a list of problems ('<file>: missing', '<file>: checksum mismatch'); empty if sound.
+        On an object store (``s3://``) one listing gives every object's size, and ``deep`` checks no
+        more: an object appears only complete, the store verifies each upload, and hashing would
+        download the whole dataset."""
+        if is_uri(directory):
+            return self._verify_objects(str(directory).rstrip("/"))
         problems = []
         for entry in self.files:
             p = Path(directory) / entry.name
@@ -132,6 +143,18 @@ class Manifest(BaseModel):
                 problems.append(f"{p}: size {p.stat().st_size} != {entry.bytes} in manifest")
             elif deep and sha256_file(p) != entry.sha256:
                 problems.append(f"{p}: checksum mismatch (corrupt or modified)")
+        return problems
+
+
+    def _verify_objects(self, uri: str) -> list[str]:
+        sizes = {m.name: m.size for m in location(uri).list()}
+        problems = []
+        for entry in self.files:
+            size = sizes.get(entry.name)
+            if size is None:
+                problems.append(f"{uri}/{entry.name}: missing")
+            elif size != entry.bytes:
+                problems.append(f"{uri}/{entry.name}: size {size} != {entry.bytes} in manifest")
         return problems
 
 

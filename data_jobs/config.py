@@ -43,14 +43,16 @@ class ShardConfig(RayOptions):
     input_fields = frozenset({"inputs"})  # identity: each file's name under the input root, size, SHA-256
 
     inputs: list[str] = Field(
-        ..., min_length=1, description="files, directories or globs; 'builtin:python-docs' = the built-in smoke corpus"
+        ..., min_length=1, description="files, directories or globs, local or object-store (s3://bucket/prefix[/*.txt]); "
+        "'builtin:python-docs' = the built-in smoke corpus"
     )
     input_format: InputFormat = Field(
         "auto", description="bert (sentence per line), books (running prose), wikiextractor, mediawiki, jsonl, parquet"
     )
     text_column: str = Field("text", description="JSONL/Parquet column holding the document text")
     id_column: Optional[str] = Field(None, description="JSONL/Parquet column holding a document id (else derived)")
-    output_dir: str = Field(..., description="directory receiving shard-*.parquet and manifest.json")
+    output_dir: str = Field(
+        ..., description="directory or s3:// prefix receiving shard-*.parquet and manifest.json")
     num_shards: int = Field(8, ge=1, description="number of document shards")
     dedup: bool = Field(True, description="drop exact-duplicate documents (counted in the manifest)")
     min_sentences: int = Field(1, ge=1, description="documents with fewer sentences are dropped (counted)")
@@ -79,7 +81,7 @@ class VocabConfig(StrictModel):
     input_fields = frozenset({"shards_dir", "vocab_file"})  # identity: the dataset's, or the file's tokens
 
     shards_dir: Optional[str] = Field(None, description="documents dataset to train on (unused with vocab_file)")
-    output_dir: str = Field(..., description="directory receiving vocab.txt and manifest.json")
+    output_dir: str = Field(..., description="directory or s3:// prefix receiving vocab.txt and manifest.json")
     vocab_file: Optional[str] = Field(None, description="adopt this existing vocab.txt instead of training")
     vocab_size: int = Field(30522, ge=100, description="target vocabulary size")
     lowercase: bool = Field(True, description="uncased vocab: lowercase and strip accents")
@@ -110,7 +112,8 @@ class InstancesConfig(RayOptions):
 
     shards_dir: str = Field(..., description="documents dataset (output of the shard job)")
     vocab_dir: str = Field(..., description="vocab dataset (output of the vocab job)")
-    output_dir: str = Field(..., description="directory receiving instance Parquet files and manifest.json")
+    output_dir: str = Field(
+        ..., description="directory or s3:// prefix receiving instance Parquet files and manifest.json")
     max_seq_length: int = Field(128, ge=8, le=65535, description="maximum tokens per instance incl. [CLS]/[SEP]")
     max_predictions_per_seq: int = Field(20, ge=1, description="cap on masked positions per instance")
     masked_lm_prob: float = Field(0.15, gt=0.0, lt=1.0, description="fraction of tokens chosen for prediction")

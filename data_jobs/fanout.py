@@ -131,7 +131,8 @@ class Workers:
             else:
                 ctx = multiprocessing.get_context("forkserver")
                 ctx.set_forkserver_preload(self.preload + ([fn.__module__] if fn.__module__ != "__main__" else []))
-            self._executor = ProcessPoolExecutor(self.limit - 1, mp_context=ctx, initializer=_set_worker_env)
+            self._executor = ProcessPoolExecutor(self.limit - 1, mp_context=ctx, initializer=_set_worker_env,
+                                                 initargs=(_storage_env(),))
             # Start the workers now, from this thread (fork copies only the forking thread; the pool
             # forks all its processes on the first submit, a fork server's start on the first too).
             with _bare_main(fn):
@@ -192,8 +193,19 @@ def _work_here(fn, calls, shared, where, take: Callable[[], Optional[int]], done
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def _set_worker_env() -> None:
+def _set_worker_env(storage_env: Optional[dict] = None) -> None:
     os.environ.update(WORKER_ENV)
+    os.environ.update(storage_env or {})
+
+
+STORAGE_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "BERTFLOW_SCRATCH")
+
+
+def _storage_env() -> dict[str, str]:
+    """This process's object-store settings (credentials, endpoint, scratch), as they are now: a fork
+    server started earlier in this process holds the environment of that moment, and its workers
+    must reach the same store as the driver (contracts.storage reads these variables)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(STORAGE_ENV_PREFIXES)}
 
 
 _MALLOC_TUNED = False

@@ -19,11 +19,12 @@ manifest is written last.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
-import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from contextlib import ExitStack
@@ -32,13 +33,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash,
-                              write_json_atomic)
-from contracts.lock import output_lock
+from contracts.common import NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash
 from data_jobs.config import InstancesConfig
+from data_jobs.job_output import publish, staged, write_json
 from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
-from contracts.stage import StageDir
+from contracts.stage import StageDir, Storage, store_for
+from contracts.storage import is_uri, location
 from data_jobs.tokenization import VocabInfo, load_vocab_dir, read_vocab, wordpiece_tokenizer
 
 # What a local worker imports (once, in the fork server): everything process_shard touches.
@@ -58,6 +59,9 @@ WORK_RECORD = ".instances-work.json"  # the shards a run set out to make (named 
 
 def done_name(shard: int) -> str:
     return f"part-{shard:05d}.done.json"
+
+
+PART_RE = re.compile(r"part-(\d{5})-len\d{4}\.parquet")
 
 
 # ---------------------------------------------------------------- worker side (pure but for files)
@@ -111,15 +115,27 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
         cfg.max_predictions_per_seq, vocab["vocab_size"], vocab["cls_id"], vocab["sep_id"], vocab["mask_id"],
         cfg.seed, shard, is_cont,
     )
-    out = Path(out_dir)
-    rows, stats = _write_rounds(ctx, cfg, instances_schema(vocab["vocab_size"]), out, shard)
-    files = [file_entry(out / part_name(shard, u), rows[u], shard=shard, bin=u).model_dump() for u in sorted(rows)]
+    # In place for a local output; on node-local scratch, then uploaded, for an object store (s3://).
+    with staged(out_dir) as work:
+        rows, stats = _write_rounds(ctx, cfg, instances_schema(vocab["vocab_size"]), work, shard)
+        files = [_entry(work / part_name(shard, u), rows[u], shard, u) for u in sorted(rows)]
+        publish(out_dir, [work / f["name"] for f in files])
     # "worker" is diagnostics (the benchmark reads it); nothing downstream depends on it.
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
               "worker": {"peak_rss_mb": round(peak_mb, 1), "cpu_s": round(time.process_time() - cpu0, 3)}}
-    write_json_atomic(out / done_name(shard), record)
+    write_json(out_dir, done_name(shard), record)  # after the files it vouches for
     return record
+
+
+def _entry(path: Path, rows: int, shard: int, upper: int) -> dict:
+    """A part file's manifest entry, with its row groups' sizes (a reader plans its blocks from the
+    manifest, never fetching each file's footer at open: bert_core.loader)."""
+    import pyarrow.parquet as pq
+
+    md = pq.read_metadata(path)
+    groups = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    return file_entry(path, rows, shard=shard, bin=upper, row_groups=groups).model_dump()
 
 
 def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> tuple[dict[int, int], dict]:
@@ -178,34 +194,38 @@ def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
     return m, files, m.identity()  # content identity: the same dataset elsewhere is the same input
 
 
-def _check_output(out: Path, cfg: InstancesConfig, vocab: VocabInfo) -> Manifest | None:
-    """The existing manifest if it is this exact result; UserError if the directory is someone else's."""
-    if not (out / MANIFEST_NAME).is_file():
-        for rec in sorted(out.glob("part-*.done.json")):
-            key = json.loads(rec.read_text()).get("key", {})
-            if key.get("config_hash") != cfg.config_hash():
-                raise UserError(f"{out}: holds partial instances of another config ({rec.name}); "
+def _check_output(store: Storage, cfg: InstancesConfig) -> Manifest | None:
+    """The existing manifest if it is this exact result; UserError if the location is someone else's."""
+    if not store.exists(MANIFEST_NAME):
+        for name in _done_names(store):
+            if (_record_key(store, name) or {}).get("config_hash") != cfg.config_hash():
+                raise UserError(f"{store.where}: holds partial instances of another config ({name}); "
                                 "use another output_dir or delete it")
         return None
-    m = Manifest.read(out)
+    m = Manifest.read(store.where)
     if m.kind != "instances" or m.config_hash != cfg.config_hash():
-        raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
+        raise UserError(f"{store.where}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
                         f"!= {cfg.config_hash()}); use another output_dir or delete it")
     return m  # made from other inputs (documents or vocab): redone in place
 
 
-def _reusable(out: Path, shard: int, key: dict) -> dict | None:
-    rec_path = out / done_name(shard)
-    if not rec_path.is_file():
+def _done_names(store: Storage) -> list[str]:
+    return sorted(fnmatch.filter(store.names(), "part-*.done.json"))
+
+
+def _reusable(store: Storage, shard: int, key: dict, sizes: dict[str, int] | None) -> dict | None:
+    """Shard ``shard``'s done-record if it was made with ``key`` and its files verify (locally by
+    checksum; on an object store by the sizes of one listing, ``sizes``: see Manifest.verify_files)."""
+    rec = store.read_json(done_name(shard))
+    if not isinstance(rec, dict) or rec.get("key") != key:
         return None
     try:
-        rec = json.loads(rec_path.read_text())
-    except ValueError:
+        probe = Manifest(kind="instances", config={}, config_hash="", files=rec["files"])
+    except (KeyError, ValueError):
         return None
-    if rec.get("key") != key:
-        return None
-    probe = Manifest(kind="instances", config={}, config_hash="", files=rec["files"])
-    return None if probe.verify_files(out, deep=True) else rec
+    if sizes is not None:
+        return rec if all(sizes.get(f.name) == f.bytes for f in probe.files) else None
+    return None if probe.verify_files(store.where, deep=True) else rec
 
 
 def status(cfg: InstancesConfig, deep: bool = False) -> Status:
@@ -215,18 +235,18 @@ def status(cfg: InstancesConfig, deep: bool = False) -> Status:
 
 
 def _status(cfg: InstancesConfig, vocab: VocabInfo, input_hash: str, deep: bool) -> Status:
-    out = Path(cfg.output_dir)
+    store = store_for(cfg.output_dir)
     ident = stable_hash([input_hash, vocab.vocab_hash])
 
     def answer(state: str, reason: str) -> Status:
         return Status(state, reason, ident)
 
-    if not (out / MANIFEST_NAME).is_file():
+    if not store.exists(MANIFEST_NAME):
         key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
-        parts = [r for r in out.glob("part-*.done.json") if _record_key(r) == key] if out.is_dir() else []
+        parts = [n for n in _done_names(store) if _record_key(store, n) == key]
         return answer("partial", f"{len(parts)} shards done earlier") if parts else answer("absent", NO_OUTPUT)
     try:
-        m = Manifest.read(out)
+        m = Manifest.read(store.where)
     except UserError:
         return answer("absent", "corrupt manifest")
     if m.kind != "instances" or m.config_hash != cfg.config_hash():
@@ -235,49 +255,44 @@ def _status(cfg: InstancesConfig, vocab: VocabInfo, input_hash: str, deep: bool)
                                        ("documents", m.totals.get("input_hash") == input_hash)) if not same]
     if changed:
         return answer("absent", f"inputs changed: {' and '.join(changed)} dataset")
-    problems = m.verify_files(out, deep=deep)
+    problems = m.verify_files(store.where, deep=deep)
     if problems:
         return answer("partial", f"{len(problems)} of {len(m.files)} files damaged or missing")
     return answer("done", "complete")
 
 
-def _record_key(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text()).get("key")
-    except ValueError:
-        return None
+def _record_key(store: Storage, name: str) -> dict | None:
+    rec = store.read_json(name)
+    return rec.get("key") if isinstance(rec, dict) else None
 
 
-def _in_progress(out: Path) -> set[str]:
+def _in_progress(store: Storage) -> set[str]:
     """Names this job's own work records vouch for: the part files of the shards a killed run was
     working on (unrecorded), every done-record and the files it lists."""
     names: set[str] = set()
+    present = store.names()
+    work = store.read_json(WORK_RECORD)
     try:
-        work = json.loads((out / WORK_RECORD).read_text(encoding="utf-8"))
+        shards = {int(s) for s in work["shards"]}
         names.add(WORK_RECORD)
-        names.update(p.name for s in work["shards"] for p in out.glob(f"part-{int(s):05d}-len[0-9][0-9][0-9][0-9].parquet"))
-    except (OSError, ValueError, KeyError, TypeError):
+        names.update(n for n in present if (m := PART_RE.fullmatch(n)) and int(m.group(1)) in shards)
+    except (KeyError, TypeError, ValueError):
         pass
-    for rec in out.glob("part-*.done.json"):
+    for rec_name in fnmatch.filter(present, "part-*.done.json"):
+        rec = store.read_json(rec_name)
         try:
-            files = json.loads(rec.read_text(encoding="utf-8"))["files"]
-            names.update([rec.name, *(f["name"] for f in files)])
-        except (OSError, ValueError, KeyError, TypeError):
+            names.update([rec_name, *(f["name"] for f in rec["files"])])
+        except (KeyError, TypeError):
             continue  # not a record of ours
     return names
 
 
-def _stage(out: Path) -> StageDir:
-    """The instances dataset as a stage location (contracts.stage): the manifest is the record, the
-    done-records and the work record are this job's own work records."""
-    return StageDir.at(out, "instances", record=MANIFEST_NAME, claim_record=True, scratch=(".tmp-part-",),
-                       in_progress=lambda: _in_progress(out))
-
-
-def _refuse_foreign(out: Path) -> set[str]:
-    """The owned names of ``out``; UserError if it holds anything else (a Spark output's part-*.parquet,
-    a user's notes): a job never deletes or overwrites a file its own records do not name."""
-    return _stage(out).refuse_foreign()
+def _stage(out: str) -> StageDir:
+    """The instances dataset as a stage location (contracts.stage), a directory or an ``s3://`` prefix:
+    the manifest is the record, the done-records and the work record are this job's own work records."""
+    store = store_for(out)
+    return StageDir(store, "instances", record=MANIFEST_NAME, claim_record=True, scratch=(".tmp-part-",),
+                    in_progress=lambda: _in_progress(store))
 
 
 def run(cfg: InstancesConfig) -> Manifest:
@@ -289,16 +304,17 @@ def run(cfg: InstancesConfig) -> Manifest:
         raise UserError(f"{cfg.shards_dir}: the corpus holds no documents (see 'dropped', 'files_skipped' and "
                         f"'problems' in its {MANIFEST_NAME}); nothing to make instances from")
     vocab = load_vocab_dir(cfg.vocab_dir)
-    out = Path(cfg.output_dir)
-    with output_lock(out):  # one writer per output directory
-        return _run_locked(cfg, out, shard_files, input_hash, vocab)
+    stage = _stage(cfg.output_dir)
+    with stage.lock():  # one writer per output location (a lease on an object store)
+        return _run_locked(cfg, stage, shard_files, input_hash, vocab)
 
 
-def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], input_hash: str,
+def _run_locked(cfg: InstancesConfig, stage: StageDir, shard_files: list[FileEntry], input_hash: str,
                 vocab: VocabInfo) -> Manifest:
-    owned = _refuse_foreign(out)
+    out, store = cfg.output_dir, stage.store
+    owned = stage.refuse_foreign()  # a job never deletes or overwrites a file its own records do not name
     state = _status(cfg, vocab, input_hash, deep=True)
-    existing = _check_output(out, cfg, vocab) if out.is_dir() else None  # or a one-line refusal
+    existing = _check_output(store, cfg)  # or a one-line refusal
     if not state.fresh:
         print(state.line("instances") + f": {out}", file=sys.stderr)
     if state.done:
@@ -306,14 +322,18 @@ def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], i
     key = {"config_hash": cfg.config_hash(), "vocab_hash": vocab.vocab_hash, "input_hash": input_hash}
     if existing is not None:
         # About to change files: the old manifest must not vouch for a half-updated directory.
-        _stage(out).retract()
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(".tmp-part-*"):  # left by a killed worker; never valid
-        stale.unlink()
+        stage.retract()
+    sizes = None
+    if is_uri(out):
+        sizes = {m.name: m.size for m in location(out).list()}  # one listing verifies every record
+    else:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for stale in Path(out).glob(".tmp-part-*"):  # left by a killed worker; never valid
+            stale.unlink()
     shard_paths = [str(Path(cfg.shards_dir) / f.name) for f in shard_files]
     records: dict[int, dict] = {}
     for s in range(len(shard_paths)):
-        rec = _reusable(out, s, key)
+        rec = _reusable(store, s, key, sizes)
         if rec is not None:
             records[s] = rec
     # Largest shards first: with few, uneven shards (books are single documents) this shortens the
@@ -321,25 +341,26 @@ def _run_locked(cfg: InstancesConfig, out: Path, shard_files: list[FileEntry], i
     todo = sorted((s for s in range(len(shard_paths)) if s not in records), key=lambda s: -shard_files[s].bytes)
     if todo:
         # A work record first: part files of a run killed before its done-records stay ours to redo.
-        write_json_atomic(out / WORK_RECORD, {"shards": todo})
+        store.write_json(WORK_RECORD, {"shards": todo})
         records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
-    _remove_orphans(out, records, owned)
-    manifest = _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), out)
-    (out / WORK_RECORD).unlink(missing_ok=True)
+    _remove_orphans(store, records, owned)
+    manifest = _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), store)
+    store.delete(WORK_RECORD)
     return manifest
 
 
-def _remove_orphans(out: Path, records: dict[int, dict], owned: set[str]) -> None:
+def _remove_orphans(store: Storage, records: dict[int, dict], owned: set[str]) -> None:
     """Drop part files of an earlier input (e.g. more shards then) that this result does not list;
     only those our own records named when the run started (``owned``)."""
     keep = {f["name"] for rec in records.values() for f in rec["files"]} | {done_name(s) for s in records}
-    for p in list(out.glob("part-*.parquet")) + list(out.glob("part-*.done.json")):
-        if p.name not in keep and p.name in owned:
-            p.unlink()
+    for name in store.names():
+        if fnmatch.fnmatch(name, "part-*.parquet") or fnmatch.fnmatch(name, "part-*.done.json"):
+            if name not in keep and name in owned:
+                store.delete(name)
 
 
 def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, dict], input_hash: str,
-                    n_shards: int, out: Path) -> Manifest:
+                    n_shards: int, store: Storage) -> Manifest:
     from tqdm import tqdm
 
     from data_jobs.instance_stats import merge_stats, new_stats, summarize_stats
@@ -364,19 +385,20 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
         vocab_hash=vocab.vocab_hash, files=sorted(files, key=lambda f: f["name"]), totals=totals,
         stats=summarize_stats(stats, cfg.length_bin_size, cfg.max_seq_length),
     )
-    manifest.write(out)
-    tqdm.write(f"instances: {totals['instances']:,} from {documents:,} documents in {len(files)} files -> {out}")
+    # Last: what makes the dataset exist (on a store, written only while this run still holds the lease).
+    store.write_json(MANIFEST_NAME, manifest.model_dump(mode="json"))
+    tqdm.write(f"instances: {totals['instances']:,} from {documents:,} documents in {len(files)} files -> {store.where}")
     return manifest
 
 
-def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: Path) -> dict[int, dict]:
+def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: str) -> dict[int, dict]:
     """The two fan-outs (pool, then instances) on the configured engine (data_jobs.fanout)."""
     from data_jobs.fanout import Workers
     from data_jobs.instances import concat_docs
 
     vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
                "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
-    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=str(out), key=key)
+    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=out, key=key)
     with Workers(cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address, preload=WORKER_MODULES) as w:
         pool = None
         if cfg.sentence_task == "nsp":

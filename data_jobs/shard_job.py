@@ -6,13 +6,13 @@
 A document goes to shard ``sha256(doc_id) % num_shards``; each shard is sorted by doc_id, so the
 files are byte-identical whatever the number of workers. Exact duplicates (same sentences) are
 dropped corpus-wide, keeping the smallest doc_id. The steps are in data_jobs/shard_tasks.py.
+The output may be an object-store prefix (``s3://``): the shards are written on node-local scratch and
+uploaded, the intermediate files are objects under ``<prefix>/.work``, the manifest comes last.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -20,33 +20,49 @@ from typing import Any, Callable, Sequence
 
 from contracts.common import (NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, sha256_file,
                               stable_hash)
-from contracts.lock import output_lock, others
+from contracts.storage import is_uri, location
 from data_jobs.config import ShardConfig
 from data_jobs.fanout import Workers
 from data_jobs.readers import Unit, expand_inputs
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
-from contracts.stage import StageDir
+from contracts.stage import StageDir, Storage, store_for
+from data_jobs.job_output import join
 from data_jobs.shard_tasks import (
-    done_record, find_duplicates, merge_shard, partition_units,
+    done_record, find_duplicates, merge_shard, partition_units, write_json,
 )
 
 WORK = ".work"
 
 
 def _input_records(units: list[Unit], known: list | None = None) -> list[list]:
-    """[source, size, mtime_ns, sha256] of every input file: its identity is (source, size, sha256),
-    independent of where the corpus lies; ``known`` records of the last run spare re-reading files whose
-    size and mtime did not change."""
+    """[source, size, mtime_ns, sha256] of every input file (an object's etag in place of the mtime): its
+    identity is (source, size, sha256), independent of where the corpus lies; ``known`` records of the last
+    run spare re-reading files whose size and mtime did not change."""
     cache = {(r[0], r[1], r[2]): r[3] for r in known or [] if len(r) == 4}
     rows = []
     for u in units:
         if u.fmt == "builtin" or u.path.startswith("builtin:"):
             rows.append([u.source, 0, 0, stable_hash([u.source, sys.version])])
+        elif is_uri(u.path):  # an object: its etag stands in for the mtime
+            parent, name = u.path.rsplit("/", 1)
+            meta = location(parent).head(name)
+            if meta is None:
+                raise UserError(f"{u.path}: no such object (removed while the job started?)")
+            digest = cache.get((u.source, meta.size, meta.etag)) or _object_sha256(u.path)
+            rows.append([u.source, meta.size, meta.etag, digest])
         else:
             st = os.stat(u.path)
             digest = cache.get((u.source, st.st_size, st.st_mtime_ns)) or sha256_file(u.path)
             rows.append([u.source, st.st_size, st.st_mtime_ns, digest])
     return rows
+
+
+def _object_sha256(uri: str) -> str:
+    """The SHA-256 of an object, from a node-local scratch copy (objects can be larger than memory)."""
+    from data_jobs.shard_tasks import local_unit
+
+    with local_unit(Unit(uri, "", "auto")) as here:
+        return sha256_file(here.path)
 
 
 def _inputs_hash(records: list[list]) -> str:
@@ -67,9 +83,10 @@ def status(config: ShardConfig, units: list[Unit] | None = None, deep: bool = Fa
 
 def _status(config: ShardConfig, units: list[Unit], deep: bool) -> tuple[Status, list[list]]:
     """The status and the input records it compared (the run writes them into its manifest)."""
-    out = Path(config.output_dir)
+    out, store = config.output_dir, store_for(config.output_dir)
     old = None
-    if (out / MANIFEST_NAME).is_file():
+    has_manifest = store.exists(MANIFEST_NAME)
+    if has_manifest:
         try:
             old = Manifest.read(out)
         except UserError:
@@ -77,10 +94,11 @@ def _status(config: ShardConfig, units: list[Unit], deep: bool) -> tuple[Status,
     records = _input_records(units, old.stats.get("inputs") if old is not None else None)
     ident = _inputs_hash(records)
     if old is None:
-        if (out / MANIFEST_NAME).is_file():
+        if has_manifest:
             return Status("absent", "corrupt manifest", ident), records
-        return Status("partial" if (out / WORK).is_dir() else "absent",
-                      "an earlier run was interrupted" if (out / WORK).is_dir() else NO_OUTPUT, ident), records
+        interrupted = store.exists(WORK)
+        return Status("partial" if interrupted else "absent",
+                      "an earlier run was interrupted" if interrupted else NO_OUTPUT, ident), records
     if old.kind != "documents" or old.config_hash != config.config_hash():
         return Status("absent", "config differs", ident), records
     if old.stats.get("inputs_hash") != _inputs_hash(records):
@@ -92,14 +110,14 @@ def _status(config: ShardConfig, units: list[Unit], deep: bool) -> tuple[Status,
     return Status("done", "complete", ident), records
 
 
-def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, state: Status) -> Manifest | None:
+def _prepare_output(stage: StageDir, config: ShardConfig, chash: str, ihash: str, state: Status) -> Manifest | None:
     """Return the finished manifest if this exact job is already done; otherwise make out/ ready.
 
     Reuses shards of an earlier run of the same config that are still intact (their manifest entries
     become done-records); refuses, unless overwrite, a directory holding another config's data.
     """
-    work = out / WORK
-    if (out / MANIFEST_NAME).is_file():
+    out, store = config.output_dir, stage.store
+    if store.exists(MANIFEST_NAME):
         old = Manifest.read(out)
         if old.kind != "documents" or old.config_hash != chash:
             if not config.overwrite:
@@ -107,43 +125,44 @@ def _prepare_output(out: Path, config: ShardConfig, chash: str, ihash: str, stat
                     f"{out}: holds another config's data ({old.kind}, config_hash {old.config_hash}, "
                     f"this config {chash}); use a new output dir or --overwrite"
                 )
-            _clear(out, old)
+            _clear(store, old)
         elif old.stats.get("inputs_hash") == ihash:
             if state.done:
                 return old
             # Keep what is intact: its manifest entries tell merge_shard it need not redo those shards.
-            shutil.rmtree(work, ignore_errors=True)
-            (work / "done").mkdir(parents=True)
+            store.delete(WORK)
             for e in old.files:
                 rec = {**e.meta, "name": e.name, "rows": e.rows, "bytes": e.bytes, "sha256": e.sha256}
-                (work / "done" / f"{e.meta['shard']:05d}.json").write_text(
-                    json.dumps({**rec, "config_hash": f"{chash}:{ihash}"}), encoding="utf-8"
-                )
+                write_json(join(out, WORK), f"done/{e.meta['shard']:05d}.json",
+                           {**rec, "config_hash": f"{chash}:{ihash}"})
         # From here on the directory is being rewritten: it must not look finished.
-        _stage(out).retract()
-    elif _stage(out).foreign() and not config.overwrite:
+        stage.retract()
+    elif stage.foreign() and not config.overwrite:
         raise UserError(f"{out}: not empty and not a bertflow documents dataset; use a new output dir")
-    out.mkdir(parents=True, exist_ok=True)
     for stale in ("parts", "hashes", "drops"):
-        shutil.rmtree(work / stale, ignore_errors=True)
-    for tmp in out.glob(".tmp-shard-*"):  # left by a run killed mid-write
-        tmp.unlink()
+        store.delete(f"{WORK}/{stale}")
+    if not is_uri(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for tmp in Path(out).glob(".tmp-shard-*"):  # left by a run killed mid-write
+            tmp.unlink()
     return None
 
 
-def _stage(out: Path) -> StageDir:
-    """The documents dataset as a stage location (contracts.stage): the manifest is the record; the
-    work directory and shards a killed run wrote before its manifest are this job's own."""
-    return StageDir.at(out, "documents", record=MANIFEST_NAME, claim_record=True,
-                       in_progress=lambda: {WORK, *(p.name for p in others(out) if p.name.startswith("shard-"))})
+def _stage(out: str) -> StageDir:
+    """The documents dataset as a stage location (contracts.stage), a directory or an ``s3://`` prefix:
+    the manifest is the record; the work area and shards a killed run wrote before its manifest are
+    this job's own."""
+    store = store_for(out)
+    return StageDir(store, "documents", record=MANIFEST_NAME, claim_record=True,
+                    in_progress=lambda: {WORK, *(n for n in store.names() if n.startswith("shard-"))})
 
 
-def _clear(out: Path, old: Manifest) -> None:
+def _clear(store: Storage, old: Manifest) -> None:
     """Remove another config's dataset (--overwrite): only the files its manifest names."""
     for e in old.files:
-        (out / e.name).unlink(missing_ok=True)
-    (out / MANIFEST_NAME).unlink(missing_ok=True)
-    shutil.rmtree(out / WORK, ignore_errors=True)
+        store.delete(e.name)
+    store.delete(MANIFEST_NAME)
+    store.delete(WORK)
 
 
 def _groups(units: list[Unit], k: int) -> list[list[Unit]]:
@@ -169,22 +188,24 @@ def _run_tasks(workers, label: str, fn: Callable, calls: list[tuple], config: Sh
 def run(config: ShardConfig) -> Manifest:
     """Run the shard job; returns the manifest written (last) into ``config.output_dir``."""
     # Ray workers may not share the driver's working directory: hand them absolute paths.
-    out = Path(config.output_dir).resolve()
-    config = config.model_copy(update={"output_dir": str(out)})
+    out = config.output_dir if is_uri(config.output_dir) else str(Path(config.output_dir).resolve())
+    config = config.model_copy(update={"output_dir": out})
     units = expand_inputs(config)  # bad inputs are refused before the output dir is even created
-    with output_lock(out):  # one writer per output directory
-        return _run_locked(config, out, units)
+    stage = _stage(out)
+    with stage.lock():  # one writer per output location (a lease on an object store)
+        return _run_locked(config, stage, units)
 
 
-def _run_locked(config: ShardConfig, out: Path, units: list[Unit]) -> Manifest:
+def _run_locked(config: ShardConfig, stage: StageDir, units: list[Unit]) -> Manifest:
+    out = config.output_dir
     state, records = _status(config, units, deep=True)
     chash, ihash = config.config_hash(), _inputs_hash(records)
-    done = _prepare_output(out, config, chash, ihash, state)  # or a one-line refusal
+    done = _prepare_output(stage, config, chash, ihash, state)  # or a one-line refusal
     if not state.fresh:
         print(state.line("shard") + f": {out}", file=sys.stderr)
     if done is not None:
         return done
-    work = str(out / WORK)
+    work = join(out, WORK)
     n = config.num_shards
     key = f"{chash}:{ihash}"  # done-records of another config or of other inputs are never reused
     groups = _groups(units, config.num_workers)
@@ -199,8 +220,9 @@ def _run_locked(config: ShardConfig, out: Path, units: list[Unit]) -> Manifest:
     if any(r is None for r in shards):
         raise UserError(f"{out}: a shard changed while the job ran; rerun it")
     manifest = _manifest(config, chash, records, read, shards)
-    manifest.write(out)
-    shutil.rmtree(out / WORK, ignore_errors=True)
+    store = stage.store  # on a store, written only while this run still holds the lease
+    store.write_json(MANIFEST_NAME, manifest.model_dump(mode="json"))  # last: what makes the dataset exist
+    store.delete(WORK)
     _report(manifest, out)
     return manifest
 
@@ -250,7 +272,7 @@ def _manifest(config: ShardConfig, chash: str, records: list[list], read: list[d
                     files=files, totals=totals, stats=stats)
 
 
-def _report(m: Manifest, out: Path) -> None:
+def _report(m: Manifest, out: str) -> None:
     t = m.totals
     lines = [f"shard: {t['documents_kept']} of {t['documents_read']} documents kept in {len(m.files)} shards "
              f"({t['sentences']} sentences, {t['bytes_of_text'] / 1e6:.1f} MB of text) -> {out}"]
@@ -260,7 +282,7 @@ def _report(m: Manifest, out: Path) -> None:
         lines.append("shard: skipped files: " + ", ".join(f"{k}={v}" for k, v in t["files_skipped"].items()))
     lines += [f"shard: problem: {p}" for p in t["problems"][:20]]
     if len(t["problems"]) > 20:
-        lines.append(f"shard: ... {len(t['problems']) - 20} more problems in {out / MANIFEST_NAME}")
+        lines.append(f"shard: ... {len(t['problems']) - 20} more problems in {join(out, MANIFEST_NAME)}")
     print("\n".join(lines), file=sys.stderr)
 
 

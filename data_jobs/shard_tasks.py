@@ -10,14 +10,19 @@ directly). All state passes through files under ``<output_dir>/.work``:
                      assignment stays by doc_id as the contract says.
 3. merge_shard       one output shard: its buckets, sorted by doc_id (so the bytes do not depend on how
                      many workers wrote the buckets), duplicates dropped, written atomically.
+
+``work`` and ``output_dir`` may be object-store prefixes (``s3://``): then every intermediate file is an
+object under ``<output_dir>/.work`` (written on node-local scratch and uploaded, read back whole: each
+is at most a flush's worth), so workers on different nodes share them as on a shared file system.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +31,8 @@ import pyarrow.parquet as pq
 
 from contracts.common import atomic_path, sha256_file
 from contracts.schema import DOCUMENTS_SCHEMA
+from contracts.storage import is_uri, location
+from data_jobs.job_output import publish, staged
 from data_jobs.readers import ReadStats, Unit, read_unit
 
 FLUSH_BYTES = 32 << 20  # text buffered per reading task before its buckets go to disk
@@ -51,9 +58,39 @@ def content_hash(sentences: list[str]) -> bytes:
     return hashlib.sha256("\n".join(sentences).encode("utf-8")).digest()[:16]
 
 
-def _write(table: pa.Table, path: Path, compression: str = "lz4") -> None:
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression=compression)
+def _write(table: pa.Table, work: str, rel: str, compression: str = "lz4") -> None:
+    """An intermediate file ``work/rel``: atomically in place, or uploaded whole to an object store."""
+    if not is_uri(work):
+        with atomic_path(Path(work, rel)) as tmp:
+            pq.write_table(table, tmp, compression=compression)
+        return
+    with staged(work) as scratch:
+        pq.write_table(table, scratch / "t.parquet", compression=compression)
+        location(work).upload(rel, scratch / "t.parquet")
+
+
+def _sources(work: str, subdir: str) -> list:
+    """The Parquet files under ``work/subdir``, sorted by name (objects read whole into memory)."""
+    if is_uri(work):
+        loc = location(work)
+        return [pa.BufferReader(loc.read(m.name)) for m in loc.list(subdir) if m.name.endswith(".parquet")]
+    d = Path(work, subdir)
+    return sorted(d.glob("*.parquet")) if d.is_dir() else []
+
+
+def write_json(work: str, rel: str, obj: Any) -> None:
+    if is_uri(work):
+        location(work).write(rel, json.dumps(obj).encode("utf-8"))
+        return
+    with atomic_path(Path(work, rel)) as tmp:
+        tmp.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _read_json(work: str, rel: str) -> Any:
+    try:
+        return json.loads(location(work).read(rel) if is_uri(work) else Path(work, rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str, Any]:
@@ -71,7 +108,7 @@ def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str
             if not rows:
                 continue
             cols = list(zip(*rows))
-            _write(pa.table(cols, schema=BUCKET_SCHEMA), Path(work, "parts", f"{s:05d}", name))
+            _write(pa.table(cols, schema=BUCKET_SCHEMA), work, f"parts/{s:05d}/{name}")
             hash_cols[0] += cols[3]
             hash_cols[1] += cols[0]
             hash_cols[2] += [s] * len(rows)
@@ -85,24 +122,38 @@ def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str
             starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
             for lo, hi in zip(starts, np.r_[starts[1:], len(bucket_of)]):
                 k = int(bucket_of[lo])
-                _write(hashes.slice(lo, hi - lo), Path(work, "hashes", f"{k:05d}", name))
+                _write(hashes.slice(lo, hi - lo), work, f"hashes/{k:05d}/{name}")
         buffered, flushes = 0, flushes + 1
 
     for unit in units:
-        for doc in read_unit(unit, config, stats):
-            buckets[shard_of(doc.doc_id, n)].append(
-                (doc.doc_id, doc.source, doc.sentences, content_hash(doc.sentences))
-            )
-            buffered += sum(len(s) for s in doc.sentences)
-            if buffered >= FLUSH_BYTES:
-                flush()
+        with local_unit(unit) as here:  # an object: read from a scratch copy, streamed as a file
+            for doc in read_unit(here, config, stats):
+                buckets[shard_of(doc.doc_id, n)].append(
+                    (doc.doc_id, doc.source, doc.sentences, content_hash(doc.sentences))
+                )
+                buffered += sum(len(s) for s in doc.sentences)
+                if buffered >= FLUSH_BYTES:
+                    flush()
     flush()
     return {"kept": stats.kept, "files_read": stats.files_read, "dropped": dict(stats.dropped),
             "files_skipped": dict(stats.files_skipped), "problems": dict(stats.problems)}
 
 
-def _read_dir(directory: Path, schema: pa.Schema) -> pa.Table:
-    files = sorted(directory.glob("*.parquet")) if directory.is_dir() else []
+@contextmanager
+def local_unit(unit: Unit) -> Iterator[Unit]:
+    """``unit`` itself, or for an object (``s3://``) a node-local scratch copy under the same file name
+    (so its suffix still tells the format), removed afterwards."""
+    if not is_uri(unit.path):
+        yield unit
+        return
+    parent, name = unit.path.rsplit("/", 1)
+    with staged(unit.path) as scratch:
+        location(parent).download(name, scratch / name)
+        yield Unit(str(scratch / name), unit.source, unit.fmt)
+
+
+def _read_dir(work: str, subdir: str, schema: pa.Schema) -> pa.Table:
+    files = _sources(work, subdir)
     if not files:
         return schema.empty_table()
     return pa.concat_tables([pq.read_table(f, schema=schema) for f in files]).combine_chunks()
@@ -110,10 +161,10 @@ def _read_dir(directory: Path, schema: pa.Schema) -> pa.Table:
 
 def find_duplicates(bucket: int, work: str) -> int:
     """Step 2 for one hash bucket: write (doc_id, shard) of every non-first copy; return their count."""
-    table = _read_dir(Path(work, "hashes", f"{bucket:05d}"), HASH_SCHEMA)
-    out = Path(work, "drops", f"{bucket:05d}.parquet")
+    table = _read_dir(work, f"hashes/{bucket:05d}", HASH_SCHEMA)
+    out = f"drops/{bucket:05d}.parquet"
     if table.num_rows == 0:
-        _write(pa.table({"doc_id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())}), out)
+        _write(pa.table({"doc_id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())}), work, out)
         return 0
     table = table.take(pc.sort_indices(table, [("content_hash", "ascending"), ("doc_id", "ascending")]))
     col = table.column("content_hash").combine_chunks()
@@ -127,16 +178,13 @@ def find_duplicates(bucket: int, work: str) -> int:
     # repeat the kept doc_id itself are left to merge_shard, which sees them side by side.
     drop = ~new_group & (ids != ids[first])
     _write(pa.table({"doc_id": table.column("doc_id").filter(pa.array(drop)),
-                     "shard": table.column("shard").filter(pa.array(drop))}), out)
+                     "shard": table.column("shard").filter(pa.array(drop))}), work, out)
     return int(drop.sum())
 
 
 def _drop_list(work: str, shard: int) -> set[str]:
-    drops = Path(work, "drops")
-    if not drops.is_dir():
-        return set()
     out: set[str] = set()
-    for f in sorted(drops.glob("*.parquet")):
+    for f in _sources(work, "drops"):
         t = pq.read_table(f, filters=[("shard", "=", shard)], columns=["doc_id"])
         out.update(t.column("doc_id").to_pylist())
     return out
@@ -144,7 +192,7 @@ def _drop_list(work: str, shard: int) -> set[str]:
 
 def merge_shard(shard: int, config, work: str, config_hash: str) -> dict[str, Any]:
     """Step 3 for one output shard; returns its file entry fields and drop counts."""
-    table = _read_dir(Path(work, "parts", f"{shard:05d}"), BUCKET_SCHEMA)
+    table = _read_dir(work, f"parts/{shard:05d}", BUCKET_SCHEMA)
     table = table.take(pc.sort_indices(table, [("doc_id", "ascending"), ("content_hash", "ascending")]))
     ids = table.column("doc_id").to_pylist()
     hashes = table.column("content_hash").to_pylist()
@@ -161,32 +209,33 @@ def merge_shard(shard: int, config, work: str, config_hash: str) -> dict[str, An
             keep.append(i)
     docs = table.take(pa.array(keep, pa.int64())).select(["doc_id", "source", "sentences"])
     docs = docs.cast(DOCUMENTS_SCHEMA).combine_chunks()
-    path = Path(config.output_dir, SHARD_NAME.format(shard))
-    with atomic_path(path) as tmp:
-        pq.write_table(docs, tmp, compression="zstd")
+    with staged(config.output_dir) as d:  # in place; or on node-local scratch, then uploaded
+        path = d / SHARD_NAME.format(shard)
+        with atomic_path(path) as tmp:
+            pq.write_table(docs, tmp, compression="zstd")
+        size, digest = path.stat().st_size, sha256_file(path)
+        publish(config.output_dir, [path])
     sentences = pc.list_value_length(docs.column("sentences"))
     result = {
-        "shard": shard, "name": path.name, "rows": docs.num_rows, "bytes": path.stat().st_size,
-        "sha256": sha256_file(path), "dropped": dict(dropped),
+        "shard": shard, "name": path.name, "rows": docs.num_rows, "bytes": size,
+        "sha256": digest, "dropped": dict(dropped),
         "sentences": int(pc.sum(sentences).as_py() or 0),
         "bytes_of_text": int(pc.sum(pc.binary_length(pc.list_flatten(docs.column("sentences")))).as_py() or 0),
     }
     # A done-record per shard lets a rerun after a crash skip shards that were finished and intact.
-    Path(work, "done").mkdir(parents=True, exist_ok=True)
-    with atomic_path(Path(work, "done", f"{shard:05d}.json")) as tmp:
-        tmp.write_text(json.dumps({**result, "config_hash": config_hash}), encoding="utf-8")
+    write_json(work, f"done/{shard:05d}.json", {**result, "config_hash": config_hash})
     return result
 
 
 def done_record(shard: int, config, work: str, config_hash: str) -> dict[str, Any] | None:
-    """The result of an earlier merge_shard whose file is still there, unchanged; else None."""
-    rec_path = Path(work, "done", f"{shard:05d}.json")
-    if not rec_path.is_file():
+    """The result of an earlier merge_shard whose file is still there, unchanged (on an object store:
+    of the recorded size, see Manifest.verify_files); else None."""
+    rec = _read_json(work, f"done/{shard:05d}.json")
+    if not isinstance(rec, dict) or rec.get("config_hash") != config_hash:
         return None
-    try:
-        rec = json.loads(rec_path.read_text(encoding="utf-8"))
-    except ValueError:
-        return None
+    if is_uri(config.output_dir):
+        meta = location(config.output_dir).head(SHARD_NAME.format(shard))
+        return rec if meta is not None and meta.size == rec.get("bytes") else None
     path = Path(config.output_dir, SHARD_NAME.format(shard))
     if rec.get("config_hash") != config_hash or not path.is_file() or path.stat().st_size != rec["bytes"]:
         return None

@@ -10,13 +10,16 @@ in ``stats`` by reason (or stops the run with ``on_bad_input="fail"``); see docs
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
+import posixpath
 import re
 from pathlib import Path
 from typing import Callable, Iterator
 
 from contracts.common import UserError
+from contracts.storage import is_uri
 from data_jobs.readers.base import Document, ReadStats, Unit, encodable
 from data_jobs.readers.mediawiki import read_mediawiki
 from data_jobs.readers.plain import read_bert, read_books
@@ -140,9 +143,13 @@ def expand_inputs(config) -> list[Unit]:
 
     units: list[Unit] = []
     files: dict[str, Path] = {}
+    objects: set[str] = set()
     for inp in config.inputs:
         if inp.startswith("builtin:"):
             units += builtin_units(inp)
+            continue
+        if is_uri(inp):
+            objects.update(_objects_of(inp))
             continue
         for f in _files_of(inp):
             files.setdefault(os.path.realpath(f), f)
@@ -151,6 +158,11 @@ def expand_inputs(config) -> list[Unit]:
         root = os.path.commonpath([os.path.dirname(r) for r in real])
         for r in real:
             units.append(Unit(r, Path(os.path.relpath(r, root)).as_posix(), config.input_format))
+    if objects:  # named like local files: relative to the objects' common parent
+        keys = sorted(u.split("://", 1)[1] for u in objects)
+        root = posixpath.commonpath([posixpath.dirname(k) for k in keys])
+        scheme = next(iter(objects)).split("://", 1)[0]
+        units += [Unit(f"{scheme}://{k}", posixpath.relpath(k, root), config.input_format) for k in keys]
     seen: set[str] = set()
     out = []
     for u in sorted(units, key=lambda u: u.source):
@@ -158,6 +170,26 @@ def expand_inputs(config) -> list[Unit]:
             seen.add(u.source)
             out.append(u)
     return out
+
+
+def _objects_of(inp: str) -> list[str]:
+    """The objects behind an object-store input (``s3://bucket/prefix``, or a glob such as
+    ``s3://bucket/corpus/*.txt.gz``), as URIs; hidden names skipped."""
+    from contracts.storage import location
+
+    glob_at = _GLOB_CHARS.search(inp)
+    base = inp[: glob_at.start()].rsplit("/", 1)[0] if glob_at else inp.rstrip("/")
+    names = [m.name for m in location(base).list() if not any(p.startswith(".") for p in m.name.split("/"))]
+    if glob_at:
+        names = [n for n in names if fnmatch.fnmatchcase(f"{base}/{n}", inp)]
+        if not names:
+            raise UserError(f"{inp}: no objects match this pattern")
+    elif not names:  # one object named in full
+        parent, name = base.rsplit("/", 1)
+        if location(parent).head(name) is None:
+            raise UserError(f"{inp}: no such object or prefix")
+        return [base]
+    return [f"{base}/{n}" for n in names]
 
 
 def read_unit(unit: Unit, config, stats: ReadStats) -> Iterator[Document]:

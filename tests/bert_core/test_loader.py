@@ -269,3 +269,28 @@ def test_bad_datasets_are_refused(tmp_path):
     (small / "manifest.json").write_text("{not json")
     with pytest.raises(UserError, match="corrupt manifest"):
         InstanceDataset(small)
+
+
+def test_row_groups_in_the_manifest_open_an_s3_dataset_without_fetching_a_file(s3_env, tmp_path, monkeypatch):
+    """The instances job records each file's bin and row groups: a reader plans its blocks from the
+    manifest alone (nothing fetched at open) and reads the batches of a manifest without them."""
+    from contracts.schema import Manifest
+    from contracts.storage import location
+
+    d = write_dataset(tmp_path / "d", n=60, max_seq=32, file_sizes=[30, 10, 20], bin_size=32)
+    m = Manifest.read(d)
+    for e in m.files:
+        md = pq.read_metadata(d / e.name)
+        e.meta.update(bin=32, row_groups=[md.row_group(g).num_rows for g in range(md.num_row_groups)])
+    remote = location(s3_env + "/inst")
+    for f in sorted(d.iterdir()):
+        remote.upload(f.name, f)
+    m.write(s3_env + "/inst")  # the manifest last, as the instances job writes it
+    monkeypatch.setenv("BERTFLOW_LOADER_CACHE", str(tmp_path / "cache"))
+    ds3 = InstanceDataset(s3_env + "/inst")
+    assert len(ds3) == 60 and not list((tmp_path / "cache").glob("*/*.parquet"))  # no file fetched yet
+    old, new = BatchLoader(InstanceDataset(d), 4, seed=3), BatchLoader(ds3, 4, seed=3)
+    for _ in range(old.batches_per_epoch()):
+        a, b = next(old), next(new)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    ds3.source.close()

@@ -1,0 +1,97 @@
+"""Where a data job's workers write: a local directory, or an object-store prefix (``s3://``) reached
+through the one storage seam (contracts.storage).
+
+    with staged(out) as work:                    # out itself locally; node-local scratch for s3://
+        ... write part files under work (contracts.common.atomic_path) ...
+        publish(out, [work / name, ...])         # uploaded, each appearing only complete
+    write_json(out, "part-00003.done.json", rec) # after the files it vouches for
+
+Locally the files are written in place (temporary name, fsync, rename) and ``publish`` has nothing to
+do; on an object store a worker writes to node-local scratch first and uploads each finished file, so
+the job's code is the same and the bytes are the same wherever the output lies. The driver writes the
+manifest last, through its stage (contracts.stage), which checks it still holds the output's lease.
+Imports nothing of the project outside contracts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from contracts.common import write_json_atomic
+from contracts.storage import is_uri, location
+
+SCRATCH_ENV = "BERTFLOW_SCRATCH"  # node-local scratch for files on their way to an object store
+
+
+@contextmanager
+def staged(out: str) -> Iterator[Path]:
+    """The local directory to write ``out``'s files in: ``out`` itself for a local directory, else a
+    fresh directory on node-local scratch ($BERTFLOW_SCRATCH, else the system's temporary directory),
+    removed afterwards whatever happens."""
+    if not is_uri(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        yield Path(out)
+        return
+    root = os.environ.get(SCRATCH_ENV) or None
+    if root:
+        Path(root).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bertflow-stage-", dir=root))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def publish(out: str, files: Iterable[Path]) -> None:
+    """Upload finished local files to an object-store ``out`` under their names (each appears only
+    complete); nothing to do for a local ``out``, where they were written in place."""
+    if not is_uri(out):
+        return
+    loc = location(out)
+    for path in files:
+        loc.upload(path.name, path)
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The one serialisation of a record (write_json_atomic's)."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def write_json(out: str, name: str, obj: Any) -> None:
+    """A record under ``out``, appearing complete or not at all (same bytes locally and on a store)."""
+    if is_uri(out):
+        location(out).write(name, json_bytes(obj))
+    else:
+        write_json_atomic(Path(out) / name, obj)
+
+
+def join(out: str, name: str) -> str:
+    """How messages name a file of ``out``."""
+    return f"{out.rstrip('/')}/{name}" if is_uri(out) else str(Path(out) / name)
+
+
+@contextmanager
+def local_copy(dataset: str, names: Iterable[tuple[str, int, str]]) -> Iterator[Path]:
+    """A local directory holding the named files of ``dataset``: the directory itself where it is
+    local; else a node-local scratch copy of each ``(name, bytes, sha256)`` (checked against the
+    manifest's size and checksum: a changed object is refused in one line), removed afterwards."""
+    from contracts.common import UserError, sha256_file
+
+    if not is_uri(dataset):
+        yield Path(dataset)
+        return
+    loc = location(dataset)
+    with staged(dataset) as work:
+        for name, size, digest in names:
+            try:
+                loc.download(name, work / name)
+            except FileNotFoundError:
+                raise UserError(f"{join(dataset, name)}: missing (listed in its manifest)") from None
+            if (work / name).stat().st_size != size or sha256_file(work / name) != digest:
+                raise UserError(f"{join(dataset, name)}: changed since its manifest was written (size or checksum)")
+        yield work
