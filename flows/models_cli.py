@@ -10,7 +10,7 @@ import os
 from typing import Optional, Sequence
 
 from contracts.common import ArgParser, UserError, run_main
-from flows.registry import ModelEntry, Registry
+from flows.registry import ANY, ModelEntry, Registry
 
 ENV = "BERTFLOW_REGISTRY"
 
@@ -40,6 +40,18 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _add_expect(p: ArgParser) -> None:
+    p.add_argument("--expect", metavar="ID", default=None,
+                   help="refuse unless ID is the promoted model now ('none': no model promoted yet), as a script "
+                        "that decided against the current model needs")
+
+
+def _expect(args):
+    if args.expect is None:
+        return ANY
+    return None if args.expect == "none" else args.expect
+
+
 def _entry_json(e: ModelEntry, promoted: Optional[str]) -> dict:
     return {**e.model_dump(mode="json"), "promoted": e.id == promoted}
 
@@ -51,8 +63,12 @@ def main_list(argv: Sequence[str] | None = None) -> int:
 def _list(argv: Sequence[str] | None) -> int:
     p = _parser("list", "List the registered models, oldest first; * marks the promoted one.")
     p.add_argument("--json", action="store_true", help="print a JSON list of the entries instead of a table")
+    p.add_argument("--history", action="store_true", help="print the promotion history (every promotion and "
+                   "rollback: when, by whom, why) instead")
     args = p.parse_args(argv)
     reg = _registry(args)
+    if args.history:
+        return _history(reg, args.json)
     entries, promoted = reg.list(), reg.promoted_id()
     if args.json:
         print(json.dumps([_entry_json(e, promoted) for e in entries], indent=2))
@@ -67,6 +83,21 @@ def _list(argv: Sequence[str] | None) -> int:
     print(_table(rows))
     if promoted is None:
         print("(no model promoted yet)")
+    return 0
+
+
+def _history(reg: Registry, as_json: bool) -> int:
+    ptr, _ = reg.pointer()
+    events = ptr.history if ptr else []
+    if as_json:
+        print(json.dumps([e.model_dump(mode="json") for e in events], indent=2))
+        return 0
+    if not events:
+        print(f"no model promoted yet in {reg}")
+        return 0
+    rows = [["AT", "ACTION", "MODEL", "PREVIOUS", "BY", "REASON"]]
+    rows += [[e.at[:19].replace("T", " "), e.action, e.model, e.previous or "-", e.by, e.reason or "-"] for e in events]
+    print(_table(rows))
     return 0
 
 
@@ -115,9 +146,10 @@ def _promote(argv: Sequence[str] | None) -> int:
     p.add_argument("id", metavar="ID", help="model id (or a prefix matching one model)")
     p.add_argument("--reason", default="", help="why, recorded in the promotion history")
     p.add_argument("--force", action="store_true", help="promote even though its gate decided keep")
+    _add_expect(p)
     args = p.parse_args(argv)
     reg = _registry(args)
-    ptr = reg.promote(args.id, reason=args.reason, force=args.force)
+    ptr = reg.promote(args.id, reason=args.reason, force=args.force, expect=_expect(args))
     previous = ptr.history[-1].previous
     print(f"promoted {ptr.promoted} (was {previous or 'none'}) in {reg}")
     return 0
@@ -130,8 +162,9 @@ def main_rollback(argv: Sequence[str] | None = None) -> int:
 def _rollback(argv: Sequence[str] | None) -> int:
     p = _parser("rollback", "Return to the model promoted before the current one.")
     p.add_argument("--reason", default="", help="why, recorded in the promotion history")
+    _add_expect(p)
     args = p.parse_args(argv)
     reg = _registry(args)
-    ptr = reg.rollback(reason=args.reason)
+    ptr = reg.rollback(reason=args.reason, expect=_expect(args))
     print(f"rolled back: promoted {ptr.promoted} (was {ptr.history[-1].previous}) in {reg}")
     return 0

@@ -216,14 +216,24 @@ def test_cli_models_commands(root):
     rc, out, _ = _cli(root, "show", "promoted", "--json")
     assert rc == 0 and json.loads(out)["lineage"] == ["m2", "m1", "m0"]
 
-    assert _cli(root, "rollback", "--reason", "regression")[:2] == (0, f"rolled back: promoted m0 (was m2) in {root}\n")
+    assert _cli(root, "rollback", "--reason", "regression", "--expect", "m2")[:2] == (
+        0, f"rolled back: promoted m0 (was m2) in {root}\n")
     assert reg.pointer()[0].history[-1].reason == "regression"
+    rc, out, _ = _cli(root, "list", "--history")
+    lines = out.splitlines()
+    assert rc == 0 and lines[0].split() == ["AT", "ACTION", "MODEL", "PREVIOUS", "BY", "REASON"] and len(lines) == 4
+    assert lines[1].split()[2:5] == ["promote", "m0", "-"] and lines[1].endswith("first release")
+    assert lines[3].split()[2:5] == ["rollback", "m0", "m2"] and lines[3].endswith("regression")
+    rc, out, _ = _cli(root, "list", "--history", "--json")
+    assert rc == 0 and [e["action"] for e in json.loads(out)] == ["promote", "promote", "rollback"]
 
     for args, problem in [
         (("show", "nope"), f"model 'nope': not registered in {root}"),
         (("promote", "m0"), "model m0 is already the promoted model"),
         (("rollback",), "nothing to roll back to: m0 is the only model ever promoted"),
         (("promote",), "the following arguments are required: ID"),
+        (("promote", "m1", "--expect", "m2"), "promoting m1 refused: expected m2 promoted model, found m0"),
+        (("promote", "m1", "--expect", "none"), "expected no promoted model, found m0"),
         (("list", "--bogus"), "unrecognized arguments: --bogus"),
     ]:
         rc, out, err = _cli(root, *args)
