@@ -156,7 +156,7 @@ class Registry:
         if not re.match(ID_PATTERN, model_id):
             raise UserError(f"model id {model_id!r}: use letters, digits, '.', '_', '-' (at most 100)")
         if parent is not None:
-            self.get(parent)  # lineage: the parent is a registered (and intact) model
+            parent = self.get(parent).id  # lineage: a registered, intact model (a prefix stored as its full id)
         try:
             entry = ModelEntry(id=model_id, parent=parent, snapshots=list(snapshots),
                                config_hashes=dict(config_hashes or {}), metrics=_finite(metrics or {}), gate=gate,

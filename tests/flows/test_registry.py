@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -79,7 +80,9 @@ def test_lineage_and_ids(root):
         reg.register(export="x", model_id="m1")  # never overwritten
     assert reg.get("m1").export == "s3://exports/m1"
     auto = reg.register(export="x", parent="m3", metrics={"loss": float("nan")})
-    assert auto.id[:8].isdigit() and auto.id.endswith(auto.id[-6:]) and reg.get(auto.id[:17]).id == auto.id
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", auto.id) and reg.get(auto.id[:17]).id == auto.id
+    child = reg.register(export="y", parent=auto.id[:17])  # a parent given by a unique prefix
+    assert reg.get(child.id).parent == auto.id and [e.id for e in reg.lineage(child.id)][1:3] == [auto.id, "m3"]
     assert reg.get(auto.id).metrics == {"loss": None}  # JSON has no NaN: a non-finite value is stored as null
     with pytest.raises(UserError, match="ambiguous"):
         reg.get("m")
