@@ -287,3 +287,16 @@ class Registry:
         event = Event(action="rollback", model=target, previous=ptr.promoted, at=_now(), by=_who(), reason=reason)
         new = Pointer(promoted=target, stack=ptr.stack[:-1], history=[*ptr.history, event])
         return self._swap(new, etag, ptr.promoted, "rollback")
+
+
+def registry_markdown(reg: Registry) -> str:
+    """The registry as a Markdown table, newest first (for a Prefect artifact or a report)."""
+    entries, promoted = reg.list(), reg.promoted_id()
+    rows = ["| model | parent | created | snapshots | gate | metrics | export |", "|---|---|---|---|---|---|---|"]
+    for e in reversed(entries):
+        metrics = ", ".join(f"{k} {'null' if v is None else f'{v:.4f}'}" for k, v in sorted(e.metrics.items()))
+        gate = f"{e.gate.decision}: {e.gate.reason}" if e.gate else "—"
+        rows.append(f"| {'**' + e.id + '** (promoted)' if e.id == promoted else e.id} | {e.parent or '—'} | "
+                    f"{e.created[:19].replace('T', ' ')} | {', '.join(e.snapshots) or '—'} | {gate} | "
+                    f"{metrics or '—'} | {e.export} |")
+    return "\n".join(rows) + "\n"

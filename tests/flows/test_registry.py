@@ -15,7 +15,7 @@ import pytest
 from contracts.common import UserError
 from contracts.storage import location
 from flows.gate import GateConfig, decide
-from flows.registry import POINTER, Registry
+from flows.registry import POINTER, Registry, registry_markdown
 from hang import HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,6 +74,10 @@ def test_lineage_and_ids(root):
     ids = _chain(reg, 4)
     assert [e.id for e in reg.lineage("m3")] == ["m3", "m2", "m1", "m0"]
     assert [e.id for e in reg.lineage("m0")] == ["m0"]
+    reg.promote("m2")
+    table = registry_markdown(reg).splitlines()
+    assert len(table) == 6 and table[2].startswith("| m3 | m2 | ") and table[3].startswith("| **m2** (promoted) | m1 |")
+    assert "| promote: heldout_loss_new dropped by 0.1; heldout_loss_old did not rise (0) |" in table[3]
     with pytest.raises(UserError, match="model 'nope': not registered in"):
         reg.register(export="x", parent="nope")  # a parent must be registered
     with pytest.raises(UserError, match="model m1 is already registered"):
