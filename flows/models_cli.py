@@ -131,6 +131,9 @@ def _show(argv: Sequence[str] | None) -> int:
     out.append("metrics:" + ("" if e.metrics else " -"))
     out += [f"  {k}: {'null' if v is None else f'{v:.6g}'}" for k, v in sorted(e.metrics.items())]
     out.append(f"gate:       {e.gate.decision}: {e.gate.reason}" if e.gate else "gate:       - (not gated)")
+    for c in e.gate.checks if e.gate else []:
+        nums = "missing" if c.change is None else f"{c.candidate:.6g} vs {c.promoted:.6g} ({c.change:+.4g})"
+        out.append(f"  {'ok' if c.ok else 'FAIL':<4} {c.metric}: {nums}, rule {c.limit}")
     out += [f"info:       {json.dumps(e.info, sort_keys=True)}"] if e.info else []
     print("\n".join(out))
     return 0

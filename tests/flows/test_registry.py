@@ -220,6 +220,7 @@ def test_cli_models_commands(root):
     rc, out, _ = _cli(root, "show", "m2")
     assert rc == 0 and "id:         m2  (promoted)" in out and "lineage:    m2 <- m1 <- m0" in out
     assert "  train: h2" in out and "gate:       promote: heldout_loss_new dropped by 0.1" in out
+    assert "  ok   heldout_loss_new: 2.8 vs 2.9 (-0.1), rule drop >= 0.01" in out
     rc, out, _ = _cli(root, "show", "promoted", "--json")
     assert rc == 0 and json.loads(out)["lineage"] == ["m2", "m1", "m0"]
 
