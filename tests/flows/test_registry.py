@@ -33,7 +33,8 @@ def _chain(reg: Registry, n: int = 3) -> list[str]:
     ids, parent_metrics = [], None
     for i in range(n):
         metrics = {"heldout_loss_new": 3.0 - 0.1 * i, "heldout_loss_old": 2.0}
-        entry = reg.register(export=f"s3://exports/m{i}", parent=ids[-1] if ids else None, snapshots=[f"s{j}" for j in range(i + 1)],
+        entry = reg.register(export=f"s3://exports/m{i}", parent=ids[-1] if ids else None,
+                             snapshots=[f"s{j}" for j in range(i + 1)],
                              config_hashes={"train": f"h{i}"}, metrics=metrics,
                              gate=decide(metrics, parent_metrics, GateConfig()), model_id=f"m{i}")
         ids.append(entry.id)
@@ -48,7 +49,8 @@ def test_register_list_show_promote_rollback_round_trip(root):
     again = Registry(root)  # another process's view: everything comes from the store
     assert [e.id for e in again.list()] == ids
     m1 = again.get("m1")
-    assert (m1.parent, m1.snapshots, m1.config_hashes, m1.export) == ("m0", ["s0", "s1"], {"train": "h1"}, "s3://exports/m1")
+    assert (m1.parent, m1.snapshots, m1.config_hashes, m1.export) == (
+        "m0", ["s0", "s1"], {"train": "h1"}, "s3://exports/m1")
     assert m1.metrics == {"heldout_loss_new": pytest.approx(2.9), "heldout_loss_old": 2.0}
     assert m1.gate.promote and "dropped by 0.1" in m1.gate.reason and m1.created.endswith("Z")
 
