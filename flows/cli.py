@@ -26,6 +26,12 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
     "pipeline": ("flows.pipeline:main", "run the whole pipeline (or one stage) as a Prefect flow"),
     "recipe": ("flows.recipe:main", "run a recipe: the pipeline, then its model vs random init vs MiniLM"),
     "submit": ("flows.submit:main", "submit a Ray Job (ray job submit), refusing first a too-large working_dir upload"),
+    "models": ({
+        "list": ("flows.models_cli:main_list", "the registered models; * marks the promoted one (--json)"),
+        "show": ("flows.models_cli:main_show", "one model: lineage, snapshots, config hashes, metrics, gate decision"),
+        "promote": ("flows.models_cli:main_promote", "make a model the promoted one (compare-and-swap)"),
+        "rollback": ("flows.models_cli:main_rollback", "return to the model promoted before the current one"),
+    }, "the model registry: list | show | promote | rollback"),
     "deploy": ("flows.deploy:main_deploy", "register the Prefect deployments against the configured API"),
     "serve": ("flows.deploy:main_serve", "serve the Prefect deployments from this process"),
     "worker": ("flows.deploy:main_worker", "start a Prefect process worker for the deployments (one SIGTERM stops it)"),
