@@ -199,6 +199,7 @@ def _cli(root: str, *args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+@pytest.mark.parametrize("root", ["s3"], indirect=True)  # the CLI is backend-blind: the library tests cover both
 def test_cli_models_commands(root):
     rc, out, err = _cli(root, "list")
     assert (rc, err) == (0, "") and out.startswith("no models registered in ")
