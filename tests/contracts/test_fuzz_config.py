@@ -240,3 +240,13 @@ def test_flags_hostile_values(model, data):
         return
     assert data is not None, "--text-column '' accepted"
     assert not isinstance(data, str), f"{argv} accepted"
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "a:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(3000)),
+                                  "inputs: " + "{a: " * 100_000 + "1" + "}" * 100_000])
+def test_found_deep_yaml_outside_hypothesis(tmp_path, text):
+    """Deep YAML at the interpreter's default recursion limit (Hypothesis raises it while a property runs)."""
+    p = tmp_path / "config.yaml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match="nested too deeply"):
+        load_config(ShardConfig, p)
