@@ -20,5 +20,5 @@ def fuzz(short_examples: int) -> settings:
     """Settings for one property: ``short_examples`` in the suite, LONG_EXAMPLES under ``make fuzz``."""
     common = dict(deadline=None, suppress_health_check=list(HealthCheck))
     if LONG:
-        return settings(max_examples=max(LONG_EXAMPLES, short_examples), **common)
+        return settings(max_examples=LONG_EXAMPLES, **common)
     return settings(max_examples=short_examples, derandomize=True, database=None, **common)
