@@ -23,6 +23,7 @@ from contracts.common import UserError, config_from_args, config_parser, load_co
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.config import PipelineConfig, make_plan
+from flows.recipe import RecipeConfig, load_recipe
 from fuzz_settings import fuzz
 
 BASE = Path("/tmp/bertflow-fuzz-config")  # paths are only named, never touched: nothing is read or run
@@ -250,3 +251,34 @@ def test_found_deep_yaml_outside_hypothesis(tmp_path, text):
     p.write_text(text, encoding="utf-8")
     with pytest.raises(UserError, match="nested too deeply"):
         load_config(ShardConfig, p)
+
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "cpu-tiny.yaml"
+
+
+def _recipe_paths() -> list[tuple]:
+    import yaml
+
+    data = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
+    paths = [(k,) for k in data] + [(k, sub) for k, v in data.items() if isinstance(v, dict) for sub in v]
+    return paths + [("phases", 0, k) for k in data["phases"][0]] + [("smoke", "phases")]
+
+
+@given(path=st.sampled_from(_recipe_paths()), value=HOSTILE, smoke=st.booleans(),
+       sentence_task=st.sampled_from([None, "sop", "none"]))
+@fuzz(200)
+@example(path=("smoke",), value=5, smoke=True, sentence_task=None)  # AttributeError (found): a scalar overlay
+@example(path=("phases",), value=5, smoke=False, sentence_task="sop")  # TypeError (found): phases not a list
+def test_recipe_sections_of_any_shape(tmp_path_factory, path, value, smoke, sentence_task):
+    """A recipe (flows/recipe.py: a pipeline config plus comparison and smoke sections) with one section
+    or key of any shape, loaded with and without --smoke and --sentence-task."""
+    import yaml
+
+    data = set_path(yaml.safe_load(RECIPE.read_text(encoding="utf-8")), path, value)
+    p = write_yaml(tmp_path_factory.mktemp("recipe"), data)
+    try:
+        config = load_recipe(str(p), smoke=smoke, sentence_task=sentence_task)
+        assert isinstance(config, RecipeConfig)
+        make_plan(config.pipeline())
+    except UserError as err:
+        assert "\n" not in str(err) and str(err).startswith(str(p)), err
