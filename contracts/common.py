@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 
 class UserError(Exception):
@@ -43,10 +43,7 @@ class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected, validated on assignment."""
 
     # allow_inf_nan=False: `--lr inf` once trained and saved a complete checkpoint of non-finite weights.
-    # str_min_length=1: an empty string is never a value (`--text-column ""` once made a complete dataset
-    # of 0 documents, and an empty path names the working directory); leave the key out instead.
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False,
-                              str_min_length=1)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
     # Fields naming the job's inputs (files, datasets, checkpoints). They do not enter the config hash
     # as paths: each stage's ``status`` compares its inputs by content identity instead (a dataset's
@@ -55,6 +52,16 @@ class StrictModel(BaseModel):
     input_fields: ClassVar[frozenset[str]] = frozenset()
     # Fields that say where or how widely the job runs (RUN_FIELDS, plus any a config adds).
     run_fields: ClassVar[frozenset[str]] = RUN_FIELDS
+
+    @field_validator("*")
+    @classmethod
+    def _no_empty_strings(cls, value: Any) -> Any:
+        """An empty string is never a value (`--text-column ""` once made a complete dataset of 0
+        documents; an empty path names the working directory). Not pydantic's str_min_length: that
+        refuses file names that are not UTF-8, which the readers skip and count."""
+        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
+            raise ValueError("an empty string is not a value (leave the option out)")
+        return value
 
     def config_hash(self) -> str:
         """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no

@@ -10,6 +10,7 @@ duplicated keys, a top level that is a list or a scalar, deep nesting. Settings:
 from __future__ import annotations
 
 import math
+import tempfile
 import typing
 from pathlib import Path
 
@@ -282,3 +283,12 @@ def test_recipe_sections_of_any_shape(tmp_path_factory, path, value, smoke, sent
         make_plan(config.pipeline())
     except UserError as err:
         assert "\n" not in str(err) and str(err).startswith(str(p)), err
+
+
+def test_non_utf8_file_names_stay_values():
+    """The empty-string rule refuses "" only: a file name that is not UTF-8 (a surrogate escape) is still a
+    path the readers skip and count (pydantic's str_min_length refused it, and broke the hostile battery)."""
+    name = b"/tmp/bad\xffname.txt".decode("utf-8", "surrogateescape")
+    assert ShardConfig(inputs=[name], output_dir="out").inputs == [name]
+    with pytest.raises(UserError, match="inputs: .*empty string"):
+        load_config(ShardConfig, write_yaml(Path(tempfile.mkdtemp()), {"inputs": ["a", ""], "output_dir": "o"}))
