@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export RAY_USAGE_STATS_ENABLED ?= 0
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: demo test test-fast bench bench-data install clean system-deps
+.PHONY: demo test test-fast fuzz bench bench-data install clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,12 @@ system-deps:
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The generator-based hostile tests (issue 24) with many examples (the suite runs them short and seeded):
+# BERTFLOW_FUZZ_EXAMPLES per property (default 2000); interesting cases are kept in .hypothesis/ between runs.
+FUZZ_TESTS := tests/contracts/test_fuzz_config.py tests/data_jobs/test_fuzz_readers.py tests/data_jobs/test_fuzz_shard.py
+fuzz: $(STAMP)
+	BERTFLOW_FUZZ=long $(BIN)/python -m pytest -q -p no:cacheprovider $(FUZZ_TESTS)
 
 bench: $(STAMP) $(ORIGINAL_VENV)/.installed
 	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 
 class UserError(Exception):
@@ -52,6 +52,16 @@ class StrictModel(BaseModel):
     input_fields: ClassVar[frozenset[str]] = frozenset()
     # Fields that say where or how widely the job runs (RUN_FIELDS, plus any a config adds).
     run_fields: ClassVar[frozenset[str]] = RUN_FIELDS
+
+    @field_validator("*")
+    @classmethod
+    def _no_empty_strings(cls, value: Any) -> Any:
+        """An empty string is never a value (`--text-column ""` once made a complete dataset of 0
+        documents; an empty path names the working directory). Not pydantic's str_min_length: that
+        refuses file names that are not UTF-8, which the readers skip and count."""
+        if value == "" or (isinstance(value, (list, tuple)) and "" in value):
+            raise ValueError("an empty string is not a value (leave the option out)")
+        return value
 
     def config_hash(self) -> str:
         """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no
@@ -108,12 +118,65 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: invalid config: " + "; ".join(parts)
 
 
+MAX_CONFIG_DEPTH = 32  # far deeper than any config; deeper values overflow pydantic's and json's limits
+
+
+def _too_deep(data: Any, limit: int = MAX_CONFIG_DEPTH) -> str | None:
+    """The key path of the first value of ``data`` nested deeper than ``limit`` (iterative), else None."""
+    stack: list[tuple[Any, tuple, int]] = [(data, (), 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > limit:
+            return ".".join(str(p) for p in path[:4]) + (".…" if len(path) > 4 else "")
+        if isinstance(node, dict):
+            stack += [(v, path + (k,), depth + 1) for k, v in node.items()]
+        elif isinstance(node, (list, tuple)):
+            stack += [(v, path + (i,), depth + 1) for i, v in enumerate(node)]
+    return None
+
+
 def build_config(model: type[M], data: dict[str, Any], source: str = "config") -> M:
     """Validate ``data`` into ``model``, turning pydantic's report into a one-line UserError."""
+    where = _too_deep(data)
+    if where is not None:
+        raise UserError(f"{source}: invalid config: {where or '<root>'}: nested deeper than {MAX_CONFIG_DEPTH} levels")
     try:
         return model.model_validate(data)
     except ValidationError as err:
         raise UserError(format_validation_error(err, source)) from None
+
+
+_LOADER: Any = None
+
+
+def _strict_loader() -> Any:
+    """yaml.SafeLoader refusing a key given twice in one mapping (PyYAML keeps the last one silently).
+    Merge keys (``<<``) are no duplicates: the explicit keys of a mapping override merged ones."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class StrictLoader(yaml.SafeLoader):
+            def construct_mapping(self, node, deep=False):
+                if isinstance(node, yaml.MappingNode):
+                    seen: set = set()
+                    for key_node, _ in node.value:
+                        if key_node.tag == "tag:yaml.org,2002:merge":
+                            continue
+                        key = self.construct_object(key_node, deep=True)
+                        try:
+                            duplicate = key in seen
+                            seen.add(key)
+                        except TypeError:  # an unhashable key: SafeLoader's own error follows
+                            continue
+                        if duplicate:
+                            raise yaml.constructor.ConstructorError(
+                                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
+                                key_node.start_mark)
+                return super().construct_mapping(node, deep)
+
+        _LOADER = StrictLoader
+    return _LOADER
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -124,10 +187,14 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"{p}: config file not found")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_strict_loader())
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"{p}: not valid YAML: {first}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None and "line" not in first else ""
+        raise UserError(f"{p}: not valid YAML: {first}{where}") from None
+    except RecursionError:
+        raise UserError(f"{p}: not valid YAML: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -207,12 +274,17 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped: an error quoting the user's value stays one line."""
+    return text.rstrip("\n").replace("\r", "\\r").replace("\n", "\\n")
+
+
 def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run an entry point: UserError -> one line on stderr and exit code 2; Ctrl-C -> 130."""
     try:
         return fn(argv)
     except UserError as err:
-        print(f"bertflow: error: {err}", file=sys.stderr)
+        print(f"bertflow: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bertflow: interrupted", file=sys.stderr)
@@ -238,7 +310,7 @@ class ArgParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         if message.startswith("argument "):
             message = message[len("argument "):]  # "--num-shards: invalid int value: 'x'"
-        raise UserError(message)
+        raise UserError(one_line(message))
 
 
 class _Extend(argparse.Action):

@@ -127,7 +127,7 @@ def _named(root: Path, kind: str, model: type, spec: BaseModel, prefix: str = ""
     """(absolute output dir, concrete config) for a stage: the dir is named by the hash of the config
     whose paths are relative to ``root``, so the name does not depend on where the root lives."""
     rel_wiring = {k: (str(Path(v).relative_to(root)) if isinstance(v, Path) else v) for k, v in wiring.items()}
-    probe = complete(model, spec, f"{kind} config", output_dir="", **rel_wiring)
+    probe = complete(model, spec, f"{kind} config", output_dir=".", **rel_wiring)
     # A directory name, not a status: the config hash (no input paths, by the one rule) plus where the
     # inputs are within the tree, so two corpora or two upstream configs never share a directory.
     # Whether a stage is done is each stage's own status (inputs by content).

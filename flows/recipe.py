@@ -80,11 +80,14 @@ def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = Fals
     if smoke:
         if not data.get("smoke"):
             raise UserError(f"{path}: --smoke: the recipe has no smoke overlay")
+        if not isinstance(data["smoke"], dict):
+            raise UserError(f"{path}: smoke: expected a mapping of recipe keys, got {type(data['smoke']).__name__}")
         data = overlay(data, data["smoke"])
     if output_root:
         data["output_root"] = output_root
     if sentence_task:  # the NSP / SOP / none comparison: every phase's instances (new hashes, new dirs)
-        for phase in data.get("phases") or []:
+        phases = data.get("phases")
+        for phase in phases if isinstance(phases, list) else []:  # another shape: refused by validation
             if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
                 phase["instances"]["sentence_task"] = sentence_task
     return build_config(RecipeConfig, data, str(path))

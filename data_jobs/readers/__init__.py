@@ -208,13 +208,17 @@ def read_unit(unit: Unit, config, stats: ReadStats) -> Iterator[Document]:
             return
         if fmt == "auto":
             fmt = detect_format(unit.path, head)
-    stats.files_read += 1
+    skipped = sum(stats.files_skipped.values())
     for doc in READERS[fmt](unit.path, unit.source, config, stats):
         if len(doc.sentences) < config.min_sentences:
             stats.drop("too_few_sentences")
             continue
         stats.kept += 1
         yield doc
+    # Each file is counted once: read, or skipped as a whole (a reader may skip it only once it looked
+    # inside: a WikiExtractor file without <doc>, an unreadable Parquet file).
+    if sum(stats.files_skipped.values()) == skipped:
+        stats.files_read += 1
 
 
 def read_documents(config, stats: ReadStats | None = None) -> Iterator[Document]:

@@ -14,6 +14,7 @@ BAD_INPUT_REASONS = {
     "line_too_long": "a line longer than max_line_bytes",
     "truncated": "the file ends early (truncated download or archive?)",
     "malformed_xml": "malformed XML",
+    "markup_too_deep": "wikitext nested too deeply to parse",
     "bad_json": "a line that is not a JSON object",
     "missing_text": "a record without a text value",
     "missing_id": "a record without an id value",

@@ -84,7 +84,7 @@ def read_mediawiki(path: str, source: str, config, stats: ReadStats) -> Iterator
                 # Free the parsed page (and its empty shell under the root): memory stays per page.
                 elem.clear()
                 root.clear()
-                doc = _page_to_document(page, source, config, stats)
+                doc = _page_to_document(page, path, source, config, stats)
                 if doc is not None:
                     yield doc
         except ET.ParseError as err:
@@ -93,7 +93,7 @@ def read_mediawiki(path: str, source: str, config, stats: ReadStats) -> Iterator
             stats.bad_document(path, "truncated", type(err).__name__)
 
 
-def _page_to_document(page: dict, source: str, config, stats: ReadStats) -> Document | None:
+def _page_to_document(page: dict, path: str, source: str, config, stats: ReadStats) -> Document | None:
     text = page["text"]
     if page["ns"].strip() != "0":
         stats.drop("not_article")
@@ -102,7 +102,12 @@ def _page_to_document(page: dict, source: str, config, stats: ReadStats) -> Docu
     elif "(disambiguation)" in page["title"] or _DISAMBIG.search(text):
         stats.drop("disambiguation")
     else:
-        sentences = [s for p in wikitext_to_paragraphs(text) for s in split_paragraph(p, config.sentence_splitter)]
+        try:
+            paragraphs = wikitext_to_paragraphs(text)
+        except RecursionError:  # e.g. template arguments {{{ nested 800 deep: the parser's own recursion
+            stats.bad_document(path, "markup_too_deep", f"page {page['id'] or page['title']}")
+            return None
+        sentences = [s for p in paragraphs for s in split_paragraph(p, config.sentence_splitter)]
         if sentences:
             return Document(f"{source}#{page['id'] or page['title']}", source, sentences)
         stats.drop("no_text")

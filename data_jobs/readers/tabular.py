@@ -53,6 +53,9 @@ def read_jsonl(path: str, source: str, config, stats: ReadStats) -> Iterator[Doc
         except ValueError as err:
             stats.bad_document(path, "bad_json", f"line {lineno}: {err}")
             continue
+        except RecursionError:  # a record nested thousands deep: damaged, not a crash
+            stats.bad_document(path, "bad_json", f"line {lineno}: nested too deeply")
+            continue
         if not isinstance(record, dict):
             stats.bad_document(path, "bad_json", f"line {lineno}: not an object")
             continue

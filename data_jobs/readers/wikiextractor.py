@@ -56,7 +56,7 @@ def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iter
                 stats.drop("no_text")
             else:
                 yield Document(f"{source}#{_key(attrs)}", source, sentences)
-            attrs = None
+            attrs, bad = None, None  # counted: never again as "truncated" at the end of the file
             continue
         if first_line and line.strip():
             first_line = False
