@@ -52,6 +52,9 @@ class StrictModel(BaseModel):
     input_fields: ClassVar[frozenset[str]] = frozenset()
     # Fields that say where or how widely the job runs (RUN_FIELDS, plus any a config adds).
     run_fields: ClassVar[frozenset[str]] = RUN_FIELDS
+    # A record the program writes and reads back (a registry entry, a gate row) may hold "" (no reason
+    # given); a config a user writes may not.
+    empty_strings: ClassVar[bool] = False
 
     @field_validator("*")
     @classmethod
@@ -59,6 +62,8 @@ class StrictModel(BaseModel):
         """An empty string is never a value (`--text-column ""` once made a complete dataset of 0
         documents; an empty path names the working directory). Not pydantic's str_min_length: that
         refuses file names that are not UTF-8, which the readers skip and count."""
+        if cls.empty_strings:
+            return value
         if value == "" or (isinstance(value, (list, tuple)) and "" in value):
             raise ValueError("an empty string is not a value (leave the option out)")
         return value

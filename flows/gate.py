@@ -49,6 +49,7 @@ class GateConfig(StrictModel):
 
 class GateCheck(StrictModel):
     """One row of the gate table."""
+    empty_strings = True  # a record, not a config: "" means "none given"
 
     check: Literal["new_loss", "old_loss", "downstream"]
     metric: str
@@ -62,6 +63,7 @@ class GateCheck(StrictModel):
 
 class GateDecision(StrictModel):
     """The gate's answer: promote or keep, why, and the table it was decided on."""
+    empty_strings = True  # a record, not a config: "" means "none given"
 
     decision: Literal["promote", "keep"]
     reason: str = Field(..., min_length=1)

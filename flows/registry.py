@@ -45,6 +45,7 @@ ANY = object()  # promote/rollback ``expect``: whatever is promoted now
 
 class ModelEntry(StrictModel):
     """One registered model (immutable once written)."""
+    empty_strings = True  # a record, not a config: "" means "none given"
 
     format: int = FORMAT
     id: str = Field(..., pattern=ID_PATTERN)
@@ -60,6 +61,7 @@ class ModelEntry(StrictModel):
 
 
 class Event(StrictModel):
+    empty_strings = True  # a record, not a config: "" means "none given"
     action: Literal["promote", "rollback"]
     model: str
     previous: Optional[str]
@@ -70,6 +72,7 @@ class Event(StrictModel):
 
 class Pointer(StrictModel):
     """promoted.json: the promoted model, the promotions under it, and every change."""
+    empty_strings = True  # a record, not a config: "" means "none given"
 
     format: int = FORMAT
     promoted: str = Field(..., pattern=ID_PATTERN)
