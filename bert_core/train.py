@@ -30,6 +30,7 @@ from bert_core.stage import (RUN_CONFIG, TrainResult, discard, input_identity, r
                              run_stage, status)
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
+from bert_core.remote_run import RemoteRun, remote_for
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
@@ -200,11 +201,16 @@ class _Plan:
     config: TrainConfig  # the run's config, its accumulation adjusted on an elastic resume
 
 
-def _check(config: TrainConfig, resume: bool) -> _Plan:
+def _check(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None) -> _Plan:
     # A missing or foreign data dir is refused before the process group forms: every rank says so at
     # once, instead of first waiting for its peers (and DeepSpeed's op builds) under a loaded machine.
     Manifest.read(config.data_dir, kind="instances")
+    if remote is not None:  # an s3:// run: reachable, nothing foreign, a run there exactly when resuming
+        remote.refuse(resume)
     world = init_distributed(config)
+    if remote is not None:  # the node-local mirror: the run's records and latest complete checkpoint
+        remote.pull(resume, world.local_rank)
+        _barrier()
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
@@ -212,9 +218,9 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
         config.global_batch(world.world_size)
     vocab = _checked_vocab(dataset)
     init_state = _init_weights(config, dataset, mc, vocab)
-    run_dir = Path(config.output_dir)
+    run_dir = remote.local if remote is not None else Path(config.output_dir)
     _prepare_run_dir(config, run_dir, resume)
-    ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
+    ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier, remote=remote)
     latest = _resume_point(ckpt, world.rank, resume) if resume else None
     run_config = config
     if latest is not None:
@@ -253,15 +259,22 @@ def _build(config: TrainConfig, plan: _Plan):
 
 def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     """Train (or resume) one run; every rank of a launch calls this with the same config.
-    Rank 0 holds the output directory's one-writer lock (contracts.lock) for the whole run."""
+    Rank 0 holds the output directory's one-writer lock (contracts.lock; on an object store the lease
+    of contracts.lease, renewed while training) for the whole run."""
+    remote = remote_for(config.output_dir)
     if int(os.environ.get("RANK", "0")) != 0:
-        return _run(config, resume)
-    with output_lock(config.output_dir):
-        return _run(config, resume)
+        return _run(config, resume, remote)
+    if remote is None:
+        with output_lock(config.output_dir):
+            return _run(config, resume)
+    stage = run_stage(remote.uri)
+    with stage.lock():
+        remote.lease = stage.store._lease
+        return _run(config, resume, remote)
 
 
-def _run(config: TrainConfig, resume: bool) -> TrainResult:
-    plan = _check(config, resume)
+def _run(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None) -> TrainResult:
+    plan = _check(config, resume, remote)
     world, run_dir, mc = plan.world, plan.run_dir, plan.model_config
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
@@ -271,6 +284,8 @@ def _run(config: TrainConfig, resume: bool) -> TrainResult:
                 later.rename(later.with_name(f"damaged-{later.name}"))
         # The run's record, before any step: the directory is this config's run from here on.
         run_stage(run_dir).commit([], config.resume_hash(), input_identity(config), config=config.model_dump(mode="json"))
+        if remote is not None:
+            remote.push_record(run_dir, RUN_CONFIG)
     config = plan.config
     engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,
@@ -295,10 +310,25 @@ def _run(config: TrainConfig, resume: bool) -> TrainResult:
                          "world_size": world.world_size, "vocab_hash": plan.dataset.vocab_hash,
                          "lowercase": bool(plan.dataset.manifest.totals.get("lowercase", True))}
                 last = plan.ckpt.save(step, engine, state, files)
+                if remote is not None and world.rank == 0:
+                    remote.push_record(run_dir, METRICS_FILE)
     finally:
         loader.close()
         logger.close()
+    if remote is not None:
+        return _finish_remote(remote, world, last, record)
     return TrainResult(run_dir, last, run_dir / METRICS_FILE, record)
+
+
+def _finish_remote(remote: RemoteRun, world: World, last: Optional[Path], record: dict) -> TrainResult:
+    """The metrics uploaded whole, then the node-local mirror removed (every rank is done with it)."""
+    if world.rank == 0:
+        remote.push_record(remote.local, METRICS_FILE)
+    _barrier()
+    if world.local_rank == 0:
+        remote.close()
+    ckpt = f"{remote.uri}/checkpoints/{last.name}" if last is not None else None
+    return TrainResult(remote.uri, ckpt, f"{remote.uri}/{METRICS_FILE}", record)
 
 
 if __name__ == "__main__":
