@@ -97,14 +97,25 @@ def run_stage(run_dir: str | Path) -> StageDir:
 def status(config: TrainConfig) -> Status:
     """Training stage: done (every step checkpointed) | partial (resumable) | absent, for this config
     and these inputs."""
-    run_dir = Path(config.output_dir)
+    from contracts.storage import is_uri
+
+    remote = is_uri(config.output_dir)  # a run on an object store: bert_core.remote_run
+    run_dir = config.output_dir if remote else Path(config.output_dir)
     state = run_stage(run_dir).status(config.resume_hash(), lambda: input_identity(config))
     if not state.done:
         return state
-    latest = latest_checkpoint(run_dir)
-    if latest is not None and _step(latest) >= config.max_steps:
+    if remote:
+        from bert_core.remote_run import RemoteRun
+
+        done = RemoteRun(config.output_dir).complete()
+        name = f"step_{done[-1]:08d}" if done else None
+        last_step = done[-1] if done else None
+    else:
+        latest = latest_checkpoint(run_dir)
+        name, last_step = (latest.name, _step(latest)) if latest is not None else (None, None)
+    if last_step is not None and last_step >= config.max_steps:
         return state
-    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}", state.inputs)
+    return Status("partial", f"resumable from {name or 'the start (no checkpoint yet)'}", state.inputs)
 
 
 def refuse_foreign(run_dir: str | Path) -> None:

@@ -46,6 +46,17 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def _agree(problem: Optional[str]) -> None:
+    """Every rank raises the first rank's problem, together (a rank refusing alone leaves the others
+    waiting in the next collective)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        found: list = [None] * dist.get_world_size()
+        dist.all_gather_object(found, problem)
+        problem = next((p for p in found if p is not None), None)
+    if problem is not None:
+        raise UserError(problem)
+
+
 def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
     """The dataset's vocab: totals.vocab_file (absolute, or relative to the data dir), or vocab.txt beside it."""
     candidates = []
@@ -109,24 +120,26 @@ def _init_weights(config: TrainConfig, dataset: InstanceDataset, mc: ModelConfig
     return model.state_dict()
 
 
-def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
+def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool, shown: Optional[str] = None) -> None:
+    """``shown``: how messages name the run (its URI where ``run_dir`` is an object store's mirror)."""
     saved = run_dir / RUN_CONFIG
+    shown_saved = f"{shown}/{RUN_CONFIG}" if shown else str(saved)
     if resume:
         if not saved.is_file():
-            raise UserError(f"{run_dir}: nothing to resume (no {RUN_CONFIG})")
+            raise UserError(f"{shown or run_dir}: nothing to resume (no {RUN_CONFIG})")
         try:
             old = json.loads(saved.read_text(encoding="utf-8"))
-            old_cfg = build_config(TrainConfig, old["config"], str(saved))
+            old_cfg = build_config(TrainConfig, old["config"], shown_saved)
         except (ValueError, KeyError) as err:
-            raise UserError(f"{saved}: corrupt run config: {err}") from None
+            raise UserError(f"{shown_saved}: corrupt run config: {err}") from None
         if old_cfg.resume_hash() != config.resume_hash():
             changed = ", ".join(_blocking_differences(old_cfg, config))
-            raise UserError(f"--resume: config differs from the run's {saved} in {changed} (the fields that "
+            raise UserError(f"--resume: config differs from the run's {shown_saved} in {changed} (the fields that "
                             "decide what a run computes; where and how widely it runs may change on resume)")
         inputs = input_identity(config)
         changed = [k for k, v in (old.get("inputs") or inputs).items() if inputs.get(k) != v]
         if changed:
-            raise UserError(f"--resume: inputs changed since the run in {run_dir} started: {', '.join(changed)} "
+            raise UserError(f"--resume: inputs changed since the run in {shown or run_dir} started: {', '.join(changed)} "
                             "(other content)")
     elif saved.exists() or (run_dir / "checkpoints").exists():
         raise UserError(f"output_dir: {run_dir} already holds a run: {_occupied(config, run_dir)}")
@@ -209,8 +222,12 @@ def _check(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None
         remote.refuse(resume)
     world = init_distributed(config)
     if remote is not None:  # the node-local mirror: the run's records and latest complete checkpoint
-        remote.pull(resume, world.local_rank)
-        _barrier()
+        problem = None
+        try:
+            remote.pull(resume, world.local_rank)
+        except UserError as err:
+            problem = str(err)
+        _agree(problem)  # also the barrier: no rank reads the mirror before it is complete
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
@@ -219,7 +236,7 @@ def _check(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None
     vocab = _checked_vocab(dataset)
     init_state = _init_weights(config, dataset, mc, vocab)
     run_dir = remote.local if remote is not None else Path(config.output_dir)
-    _prepare_run_dir(config, run_dir, resume)
+    _prepare_run_dir(config, run_dir, resume, remote.uri if remote is not None else None)
     ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier, remote=remote)
     latest = _resume_point(ckpt, world.rank, resume) if resume else None
     run_config = config
