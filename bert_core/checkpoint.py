@@ -89,6 +89,8 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed mid-save
             (tmp / "rng").mkdir(parents=True)
         self.barrier()
+        if self.remote is not None:  # node-local scratch: a node without rank 0 makes its own directory
+            (tmp / "rng").mkdir(parents=True, exist_ok=True)
         try:
             engine.save(tmp / "engine", client_state=state)
             torch.save(rng_state(), tmp / "rng" / f"rank_{self.rank:05d}.pt")
