@@ -115,6 +115,8 @@ class CheckpointManager:
             fsync_dir(self.root)
             self.purge()
         self.barrier()
+        if self.remote is not None and self.rank != 0:  # a node without rank 0: its uploaded scratch copy
+            shutil.rmtree(tmp, ignore_errors=True)
         return final
 
     def _upload(self, tmp: Path, step: int) -> dict[str, dict[str, Any]]:

@@ -89,6 +89,8 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
     if is_uri(config.output_dir):  # an s3:// run (bert_core.remote_run): the ranks' config on local scratch
         run_dir: Path | str = config.output_dir
         cfg_file = scratch_mirror(config.output_dir).with_suffix(".launch.yaml")
+        if config.hostfile:  # every node reads it: where DeepSpeed's multi-node runner starts them (the cwd)
+            cfg_file = Path.cwd() / f".{cfg_file.name}"
         data = config.model_dump(mode="json")
     else:
         run_dir = Path(config.output_dir).resolve()
@@ -96,6 +98,14 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
         data = config.model_copy(update={"output_dir": str(run_dir)}).model_dump(mode="json")
     cfg_file.parent.mkdir(parents=True, exist_ok=True)
     cfg_file.write_text(yaml.safe_dump(data), encoding="utf-8")
+    try:
+        return _spawned(config, cfg_file, resume, log, run_dir)
+    finally:
+        if is_uri(config.output_dir):
+            cfg_file.unlink(missing_ok=True)  # scratch: nothing of the run is left on the node
+
+
+def _spawned(config: TrainConfig, cfg_file: Path, resume: bool, log: Log, run_dir: Path | str) -> Path | str:
     cmd = command(config, cfg_file, resume)
     log("launching: " + " ".join(cmd))
     tail: deque[str] = deque(maxlen=200)
