@@ -5,7 +5,7 @@ the s3 run's last checkpoint made incomplete (its marker removed, as by a kill d
 the run resumed from s3:// on ONE rank with a new, empty scratch: it skips the checkpoint without a
 marker, pulls the previous complete one, reshards it (bert_core.zero_reshard) and continues with the
 unbroken run's losses (the tolerance of test_elastic.py). Keep-last deletes only objects a marker
-names. Launches: three training runs and two refused ones, shared by every test here.
+names. Launches: three training runs and three refused ones; the runs are shared by every test here.
 """
 from __future__ import annotations
 
@@ -148,3 +148,18 @@ def test_a_prefix_holding_someone_elses_object_or_a_run_is_refused_untouched(run
     rc, err = _refused(runs, s3_server, runs["uri"])  # a run is there: --resume, or another prefix
     assert rc == 2 and "already holds a run" in err and "Traceback" not in err, err
     assert {m.name: m.etag for m in location(runs["uri"]).list()} == before
+
+
+def test_a_prefix_whose_lease_another_run_holds_is_refused(runs, s3, s3_server):
+    """The prefix's writer lock is the lease of contracts.lease: a live holder elsewhere keeps it."""
+    import time
+
+    from contracts.storage import location
+
+    busy = location(f"{s3}/busy")
+    lock = json.dumps({"owner": "other", "host": "another-host", "pid": 1, "start": None, "argv": [],
+                       "expires": time.time() + 600}).encode()
+    busy.write(".bertflow.lock", lock)
+    rc, err = _refused(runs, s3_server, f"{s3}/busy")
+    assert rc == 2 and "output in use by another run on another host" in err and "Traceback" not in err, err
+    assert [m.name for m in busy.list()] == [".bertflow.lock"] and busy.read(".bertflow.lock") == lock
