@@ -10,8 +10,10 @@ names. Launches: three training runs and three refused ones; the runs are shared
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,11 @@ def runs(s3, s3_server, tmp_path_factory):
     # The last checkpoint's upload cut short: its files are there, its marker is not.
     loc.delete(f"checkpoints/step_{STEPS:08d}/COMPLETE")
     loc.write(f"checkpoints/step_{STEPS - SAVE:08d}/notes.txt", STRANGER)  # not named by any marker
+    # ... and the killed run's lease left behind, unexpired, naming a process of this host that is gone.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    loc.write(".bertflow.lock", json.dumps({"owner": "killed", "host": socket.gethostname(), "pid": gone.pid,
+                                            "start": "0", "argv": [], "expires": time.time() + 600}).encode())
     env = {**env, "BERTFLOW_SCRATCH": str(tmp / "scratch2")}  # a replaced node: nothing local
     with open(tmp / "resume.log", "w") as fh:
         proc = subprocess.run(_cmd(data, uri, 1, 1, "--resume", "--keep-last", "1"), env=env, stdout=fh,
@@ -102,6 +109,7 @@ def test_resume_from_s3_on_one_rank_skips_the_unmarked_checkpoint_and_continues_
     log, uri = runs["resume_log"], runs["uri"]
     assert f"bertflow: skipping {uri}/checkpoints/step_{STEPS:08d}: no COMPLETE marker" in log
     assert f"bertflow: pulled {uri}/checkpoints/step_{STEPS - SAVE:08d}" in log
+    assert "bertflow: taking over the expired lock of host" in log  # the killed run's lease: its pid is gone
     loc = location(uri)
     unbroken = _records((runs["local"] / "metrics.jsonl").read_text())
     resumed = _records(loc.read("metrics.jsonl").decode())
