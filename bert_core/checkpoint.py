@@ -64,9 +64,11 @@ def is_complete(path: Path) -> bool:
 class CheckpointManager:
     """Collective save/load of one run's checkpoints; only rank 0 writes the shared files."""
 
-    def __init__(self, run_dir: str | Path, keep_last: int = 3, rank: int = 0, barrier: Callable[[], None] = _noop):
+    def __init__(self, run_dir: str | Path, keep_last: int = 3, rank: int = 0, barrier: Callable[[], None] = _noop,
+                 remote=None):
         self.root = Path(run_dir) / "checkpoints"
         self.keep_last, self.rank, self.barrier = keep_last, rank, barrier
+        self.remote = remote  # bert_core.remote_run.RemoteRun: run_dir is its node-local mirror
 
     def all(self) -> list[Path]:
         if not self.root.is_dir():
@@ -87,6 +89,8 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)  # debris of a run killed mid-save
             (tmp / "rng").mkdir(parents=True)
         self.barrier()
+        if self.remote is not None:  # node-local scratch: a node without rank 0 makes its own directory
+            (tmp / "rng").mkdir(parents=True, exist_ok=True)
         try:
             engine.save(tmp / "engine", client_state=state)
             torch.save(rng_state(), tmp / "rng" / f"rank_{self.rank:05d}.pt")
@@ -100,18 +104,48 @@ class CheckpointManager:
                 else:
                     write_json_atomic(tmp / fname, obj)
             write_json_atomic(tmp / STATE, state)
-            write_json_atomic(tmp / MARKER, {"step": step, "files": _inventory(tmp)})
+        inventory = self._upload(tmp, step) if self.remote is not None else None
+        if self.rank == 0:
+            write_json_atomic(tmp / MARKER, {"step": step, "files": _inventory(tmp) if inventory is None else inventory})
+            if self.remote is not None:
+                self.remote.commit(step, tmp / MARKER)  # last: from here the checkpoint exists on the store
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
             fsync_dir(self.root)
             self.purge()
         self.barrier()
+        if self.remote is not None and self.rank != 0:  # a node without rank 0: its uploaded scratch copy
+            shutil.rmtree(tmp, ignore_errors=True)
         return final
+
+    def _upload(self, tmp: Path, step: int) -> dict[str, dict[str, Any]]:
+        """Every rank uploads its own files of the checkpoint (rank 0 the shared ones too, after
+        retracting an older marker of this step); the inventory of all of them, on every rank."""
+        import torch.distributed as dist
+
+        if self.rank == 0:
+            self.remote.retract(step)
+        self.barrier()  # the shared files are written and no old marker stands
+        try:
+            mine = self.remote.push_files(tmp, step, self.rank)
+            problem = None
+        except UserError as err:
+            mine, problem = {}, str(err)
+        found = [(mine, problem)]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            found = [None] * dist.get_world_size()
+            dist.all_gather_object(found, (mine, problem))  # also the barrier before the marker
+        problem = next((p for _, p in found if p is not None), None)
+        if problem is not None:  # every rank refuses together (a rank alone would hang the others)
+            raise UserError(problem)
+        return {rel: meta for files, _ in found for rel, meta in files.items()}
 
     def purge(self) -> None:
         for old in self.all()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
+        if self.remote is not None:
+            self.remote.purge(self.keep_last)
 
     def load(self, path: Path, engine, check: bool = True, same_world: bool = True) -> dict[str, Any]:
         """Restore engine state and this rank's RNG; returns trainer_state.json. ``check=False`` skips

@@ -27,9 +27,11 @@ from typing import Callable, Optional, Sequence
 import yaml
 
 from bert_core import train
+from bert_core.remote_run import scratch_mirror
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, run_main
+from contracts.storage import is_uri
 
 Log = Callable[[str], None]
 
@@ -78,17 +80,32 @@ def command(config: TrainConfig, cfg_file: Path, resume: bool) -> list[str]:
     return [ds, *where, "--module", *script[1:]]
 
 
-def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path:
+def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
     """Start torchrun/deepspeed; stream its output to ``log``; a rank's one-line error stays one line."""
     if config.launcher == "deepspeed" and config.hostfile:
         from bert_core.hostfile import read_hostfile
 
         read_hostfile(config.hostfile)  # an unknown host: one clear error now, not an ssh timeout later
-    run_dir = Path(config.output_dir).resolve()
-    cfg_file = run_dir.parent / f".{run_dir.name}.launch.yaml"
+    if is_uri(config.output_dir):  # an s3:// run (bert_core.remote_run): the ranks' config on local scratch
+        run_dir: Path | str = config.output_dir
+        cfg_file = scratch_mirror(config.output_dir).with_suffix(".launch.yaml")
+        if config.hostfile:  # every node reads it: where DeepSpeed's multi-node runner starts them (the cwd)
+            cfg_file = Path.cwd() / f".{cfg_file.name}"
+        data = config.model_dump(mode="json")
+    else:
+        run_dir = Path(config.output_dir).resolve()
+        cfg_file = run_dir.parent / f".{run_dir.name}.launch.yaml"
+        data = config.model_copy(update={"output_dir": str(run_dir)}).model_dump(mode="json")
     cfg_file.parent.mkdir(parents=True, exist_ok=True)
-    data = config.model_copy(update={"output_dir": str(run_dir)}).model_dump(mode="json")
     cfg_file.write_text(yaml.safe_dump(data), encoding="utf-8")
+    try:
+        return _spawned(config, cfg_file, resume, log, run_dir)
+    finally:
+        if is_uri(config.output_dir):
+            cfg_file.unlink(missing_ok=True)  # scratch: nothing of the run is left on the node
+
+
+def _spawned(config: TrainConfig, cfg_file: Path, resume: bool, log: Log, run_dir: Path | str) -> Path | str:
     cmd = command(config, cfg_file, resume)
     log("launching: " + " ".join(cmd))
     tail: deque[str] = deque(maxlen=200)

@@ -5,7 +5,8 @@ Ray Train sets up the torch process group (gloo on CPU, nccl on GPU); DeepSpeed 
 imports DeepSpeed inside the worker process, never in the driver). Checkpoints, metrics and
 TensorBoard files go to ``output_dir`` exactly as with torchrun, so ``--resume`` and ``bertflow
 export`` work the same whichever launcher wrote the run; ``output_dir`` must therefore be on storage
-every worker node sees (a shared file system on a multi-node cluster).
+every worker node sees: an ``s3://`` prefix (bert_core.remote_run; Ray Train's storage path is then the
+sibling prefix ``.ray-NAME``) or a shared file system.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Optional
 
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError
+from contracts.storage import is_uri
 
 
 def _worker(loop_config: dict[str, Any]) -> None:
@@ -33,7 +35,7 @@ def _worker(loop_config: dict[str, Any]) -> None:
     ray.train.report({"last_checkpoint": str(result.last_checkpoint), **(result.final_metrics or {})})
 
 
-def fit(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[float] = None) -> Path:
+def fit(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[float] = None) -> Path | str:
     """Train on a Ray cluster (``config.ray_address``, else a local one); returns the run directory."""
     import torch
     from ray.train import RunConfig, ScalingConfig
@@ -45,14 +47,20 @@ def fit(config: TrainConfig, resume: bool = False, cpus_per_worker: Optional[flo
     use_gpu = torch.cuda.is_available()
     env = {"TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions")),
            "TOKENIZERS_PARALLELISM": "false"}
-    out = Path(config.output_dir).resolve()
+    if is_uri(config.output_dir):  # an s3:// run (bert_core.remote_run); Ray's own files beside it there
+        out: Path | str = config.output_dir.rstrip("/")
+        parent, name = out.rsplit("/", 1)
+        storage = f"{parent}/.ray-{name}"
+    else:
+        out = Path(config.output_dir).resolve()
+        storage = str(out.parent / f".ray-{out.name}")
     trainer = TorchTrainer(
         _worker,
         train_loop_config={"config": config.model_copy(update={"output_dir": str(out)}).model_dump(mode="json"), "resume": resume},
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=config.num_workers, use_gpu=use_gpu,
                                      resources_per_worker={"CPU": cpus_per_worker or 1}),
-        run_config=RunConfig(name="bertflow-train", storage_path=str(out.parent / f".ray-{out.name}"),
+        run_config=RunConfig(name="bertflow-train", storage_path=storage,
                              worker_runtime_env={"env_vars": env}),
     )
     try:

@@ -36,15 +36,36 @@ class TrainResult:
     @classmethod
     def from_run_dir(cls, run_dir: str | Path) -> "TrainResult":
         """The result of a run read back from its directory (launches in other processes, skipped runs)."""
+        from contracts.storage import is_uri
+
+        if is_uri(run_dir):  # a run on an object store (bert_core.remote_run): URIs in place of paths
+            return cls._from_remote(str(run_dir))
         run_dir = Path(run_dir)
-        last: dict[str, Any] = {}
         path = run_dir / METRICS_FILE
-        for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-            try:
-                last = json.loads(line)
-            except ValueError:
-                break  # a line cut by kill -9: nothing after it counts
+        last = _last_record(path.read_text(encoding="utf-8") if path.is_file() else "")
         return cls(run_dir, latest_checkpoint(run_dir), path, last)
+
+    @classmethod
+    def _from_remote(cls, uri: str) -> "TrainResult":
+        from bert_core.remote_run import last_remote_checkpoint
+        from contracts.storage import location
+
+        try:
+            text = location(uri).read(METRICS_FILE).decode("utf-8")
+        except FileNotFoundError:
+            text = ""
+        uri = uri.rstrip("/")
+        return cls(uri, last_remote_checkpoint(uri), f"{uri}/{METRICS_FILE}", _last_record(text))  # type: ignore[arg-type]
+
+
+def _last_record(text: str) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+    for line in text.splitlines():
+        try:
+            last = json.loads(line)
+        except ValueError:
+            break  # a line cut by kill -9: nothing after it counts
+    return last
 
 
 def _step(path: Path) -> int:
@@ -76,14 +97,25 @@ def run_stage(run_dir: str | Path) -> StageDir:
 def status(config: TrainConfig) -> Status:
     """Training stage: done (every step checkpointed) | partial (resumable) | absent, for this config
     and these inputs."""
-    run_dir = Path(config.output_dir)
+    from contracts.storage import is_uri
+
+    remote = is_uri(config.output_dir)  # a run on an object store: bert_core.remote_run
+    run_dir = config.output_dir if remote else Path(config.output_dir)
     state = run_stage(run_dir).status(config.resume_hash(), lambda: input_identity(config))
     if not state.done:
         return state
-    latest = latest_checkpoint(run_dir)
-    if latest is not None and _step(latest) >= config.max_steps:
+    if remote:
+        from bert_core.remote_run import RemoteRun
+
+        done = RemoteRun(config.output_dir).complete()
+        name = f"step_{done[-1]:08d}" if done else None
+        last_step = done[-1] if done else None
+    else:
+        latest = latest_checkpoint(run_dir)
+        name, last_step = (latest.name, _step(latest)) if latest is not None else (None, None)
+    if last_step is not None and last_step >= config.max_steps:
         return state
-    return Status("partial", f"resumable from {latest.name if latest else 'the start (no checkpoint yet)'}", state.inputs)
+    return Status("partial", f"resumable from {name or 'the start (no checkpoint yet)'}", state.inputs)
 
 
 def refuse_foreign(run_dir: str | Path) -> None:

@@ -30,6 +30,7 @@ from bert_core.stage import (RUN_CONFIG, TrainResult, discard, input_identity, r
                              run_stage, status)
 from bert_core.loader import BatchLoader, InstanceDataset
 from bert_core.model import BertForPreTraining
+from bert_core.remote_run import RemoteRun, remote_for
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
@@ -43,6 +44,17 @@ ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
+
+
+def _agree(problem: Optional[str]) -> None:
+    """Every rank raises the first rank's problem, together (a rank refusing alone leaves the others
+    waiting in the next collective)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        found: list = [None] * dist.get_world_size()
+        dist.all_gather_object(found, problem)
+        problem = next((p for p in found if p is not None), None)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
@@ -108,24 +120,26 @@ def _init_weights(config: TrainConfig, dataset: InstanceDataset, mc: ModelConfig
     return model.state_dict()
 
 
-def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool) -> None:
+def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool, shown: Optional[str] = None) -> None:
+    """``shown``: how messages name the run (its URI where ``run_dir`` is an object store's mirror)."""
     saved = run_dir / RUN_CONFIG
+    shown_saved = f"{shown}/{RUN_CONFIG}" if shown else str(saved)
     if resume:
         if not saved.is_file():
-            raise UserError(f"{run_dir}: nothing to resume (no {RUN_CONFIG})")
+            raise UserError(f"{shown or run_dir}: nothing to resume (no {RUN_CONFIG})")
         try:
             old = json.loads(saved.read_text(encoding="utf-8"))
-            old_cfg = build_config(TrainConfig, old["config"], str(saved))
+            old_cfg = build_config(TrainConfig, old["config"], shown_saved)
         except (ValueError, KeyError) as err:
-            raise UserError(f"{saved}: corrupt run config: {err}") from None
+            raise UserError(f"{shown_saved}: corrupt run config: {err}") from None
         if old_cfg.resume_hash() != config.resume_hash():
             changed = ", ".join(_blocking_differences(old_cfg, config))
-            raise UserError(f"--resume: config differs from the run's {saved} in {changed} (the fields that "
+            raise UserError(f"--resume: config differs from the run's {shown_saved} in {changed} (the fields that "
                             "decide what a run computes; where and how widely it runs may change on resume)")
         inputs = input_identity(config)
         changed = [k for k, v in (old.get("inputs") or inputs).items() if inputs.get(k) != v]
         if changed:
-            raise UserError(f"--resume: inputs changed since the run in {run_dir} started: {', '.join(changed)} "
+            raise UserError(f"--resume: inputs changed since the run in {shown or run_dir} started: {', '.join(changed)} "
                             "(other content)")
     elif saved.exists() or (run_dir / "checkpoints").exists():
         raise UserError(f"output_dir: {run_dir} already holds a run: {_occupied(config, run_dir)}")
@@ -200,11 +214,20 @@ class _Plan:
     config: TrainConfig  # the run's config, its accumulation adjusted on an elastic resume
 
 
-def _check(config: TrainConfig, resume: bool) -> _Plan:
+def _check(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None) -> _Plan:
     # A missing or foreign data dir is refused before the process group forms: every rank says so at
     # once, instead of first waiting for its peers (and DeepSpeed's op builds) under a loaded machine.
     Manifest.read(config.data_dir, kind="instances")
+    if remote is not None:  # an s3:// run: reachable, nothing foreign, a run there exactly when resuming
+        remote.refuse(resume)
     world = init_distributed(config)
+    if remote is not None:  # the node-local mirror: the run's records and latest complete checkpoint
+        problem = None
+        try:
+            remote.pull(resume, world.local_rank)
+        except UserError as err:
+            problem = str(err)
+        _agree(problem)  # also the barrier: no rank reads the mirror before it is complete
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
@@ -212,9 +235,9 @@ def _check(config: TrainConfig, resume: bool) -> _Plan:
         config.global_batch(world.world_size)
     vocab = _checked_vocab(dataset)
     init_state = _init_weights(config, dataset, mc, vocab)
-    run_dir = Path(config.output_dir)
-    _prepare_run_dir(config, run_dir, resume)
-    ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier)
+    run_dir = remote.local if remote is not None else Path(config.output_dir)
+    _prepare_run_dir(config, run_dir, resume, remote.uri if remote is not None else None)
+    ckpt = CheckpointManager(run_dir, config.keep_last, world.rank, _barrier, remote=remote)
     latest = _resume_point(ckpt, world.rank, resume) if resume else None
     run_config = config
     if latest is not None:
@@ -253,15 +276,22 @@ def _build(config: TrainConfig, plan: _Plan):
 
 def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     """Train (or resume) one run; every rank of a launch calls this with the same config.
-    Rank 0 holds the output directory's one-writer lock (contracts.lock) for the whole run."""
+    Rank 0 holds the output directory's one-writer lock (contracts.lock; on an object store the lease
+    of contracts.lease, renewed while training) for the whole run."""
+    remote = remote_for(config.output_dir)
     if int(os.environ.get("RANK", "0")) != 0:
-        return _run(config, resume)
-    with output_lock(config.output_dir):
-        return _run(config, resume)
+        return _run(config, resume, remote)
+    if remote is None:
+        with output_lock(config.output_dir):
+            return _run(config, resume)
+    stage = run_stage(remote.uri)
+    with stage.lock():
+        remote.lease = stage.store._lease
+        return _run(config, resume, remote)
 
 
-def _run(config: TrainConfig, resume: bool) -> TrainResult:
-    plan = _check(config, resume)
+def _run(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None) -> TrainResult:
+    plan = _check(config, resume, remote)
     world, run_dir, mc = plan.world, plan.run_dir, plan.model_config
     _barrier()  # every rank has checked before rank 0 writes anything
     if world.rank == 0:
@@ -271,6 +301,8 @@ def _run(config: TrainConfig, resume: bool) -> TrainResult:
                 later.rename(later.with_name(f"damaged-{later.name}"))
         # The run's record, before any step: the directory is this config's run from here on.
         run_stage(run_dir).commit([], config.resume_hash(), input_identity(config), config=config.model_dump(mode="json"))
+        if remote is not None:
+            remote.push_record(run_dir, RUN_CONFIG)
     config = plan.config
     engine, loader, step, tokens_seen = _build(config, plan)
     logger = MetricsLogger(run_dir, world.rank == 0, mc, start_step=step, max_steps=config.max_steps,
@@ -295,10 +327,25 @@ def _run(config: TrainConfig, resume: bool) -> TrainResult:
                          "world_size": world.world_size, "vocab_hash": plan.dataset.vocab_hash,
                          "lowercase": bool(plan.dataset.manifest.totals.get("lowercase", True))}
                 last = plan.ckpt.save(step, engine, state, files)
+                if remote is not None and world.rank == 0:
+                    remote.push_record(run_dir, METRICS_FILE)
     finally:
         loader.close()
         logger.close()
+    if remote is not None:
+        return _finish_remote(remote, world, last, record)
     return TrainResult(run_dir, last, run_dir / METRICS_FILE, record)
+
+
+def _finish_remote(remote: RemoteRun, world: World, last: Optional[Path], record: dict) -> TrainResult:
+    """The metrics uploaded whole, then the node-local mirror removed (every rank is done with it)."""
+    if world.rank == 0:
+        remote.push_record(remote.local, METRICS_FILE)
+    _barrier()
+    if world.local_rank == 0:
+        remote.close()
+    ckpt = f"{remote.uri}/checkpoints/{last.name}" if last is not None else None
+    return TrainResult(remote.uri, ckpt, f"{remote.uri}/{METRICS_FILE}", record)
 
 
 if __name__ == "__main__":
