@@ -9,6 +9,7 @@ MNLI train (12 columns) and dev (16 columns) differ.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -119,9 +120,12 @@ def _column(path: Path, names: Sequence[str], name: str) -> int:
 def _parse_label(spec: TaskSpec, raw: str, where: str) -> Label:
     if spec.labels is None:
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
             raise UserError(f"{where}: score {raw!r} is not a number") from None
+        if not math.isfinite(score):  # "nan" and "inf" parse as floats, and would poison the correlations
+            raise UserError(f"{where}: score {raw!r} is not a finite number")
+        return score
     if raw not in spec.labels:
         raise UserError(f"{where}: label {raw!r} is not one of {', '.join(spec.labels)}")
     return spec.labels.index(raw)
@@ -154,6 +158,8 @@ def read_test_examples(spec: TaskSpec, path: Path, limit: Optional[int] = None) 
     tb = spec.test_text_b or spec.text_b
     ib = _column(path, names, tb) if tb else None
     ix = _column(path, names, spec.test_index)
+    if not rows:  # a header alone would make an empty submission that looks finished
+        raise UserError(f"{path}: no examples")
     return [
         Example(f"{path}:{n}", c[ia], c[ib] if ib is not None else None, None, index=c[ix]) for n, c in rows[:limit]
     ]

@@ -38,25 +38,28 @@ def read_conll(path: str | Path, limit: Optional[int] = None) -> list[Sentence]:
     out: list[Sentence] = []
     words: list[str] = []
     tags: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            cells = line.split()
-            if not cells:
-                if words:
-                    out.append(Sentence(tuple(words), tuple(tags)))
-                    words, tags = [], []
-                    if limit is not None and len(out) >= limit:
-                        return out
-                continue
-            if cells[0] == "-DOCSTART-":
-                continue
-            if len(cells) != 4:
-                raise UserError(f"{path}:{lineno}: expected 4 space-separated columns (word POS chunk NER), "
-                                f"found {len(cells)}")
-            if not _TAG.match(cells[3]):
-                raise UserError(f"{path}:{lineno}: {cells[3]!r} is not an IOB2 tag")
-            words.append(cells[0])
-            tags.append(cells[3])
+    raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is not part of the first word
+    for lineno, line_bytes in enumerate(raw.splitlines(), start=1):  # \n, \r\n or \r, as text mode reads
+        try:
+            cells = line_bytes.decode("utf-8").split()
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path}:{lineno}: not UTF-8 ({err.reason} at byte {err.start} of the line)") from None
+        if not cells:
+            if words:
+                out.append(Sentence(tuple(words), tuple(tags)))
+                words, tags = [], []
+                if limit is not None and len(out) >= limit:
+                    return out
+            continue
+        if cells[0] == "-DOCSTART-":
+            continue
+        if len(cells) != 4:
+            raise UserError(f"{path}:{lineno}: expected 4 space-separated columns (word POS chunk NER), "
+                            f"found {len(cells)}")
+        if not _TAG.match(cells[3]):
+            raise UserError(f"{path}:{lineno}: {cells[3]!r} is not an IOB2 tag")
+        words.append(cells[0])
+        tags.append(cells[3])
     if words:
         out.append(Sentence(tuple(words), tuple(tags)))
     if not out:

@@ -32,20 +32,56 @@ class SquadExample:
 
 
 def read_squad(path: str | Path) -> list[dict]:
-    """The ``data`` list of a SQuAD JSON file (articles with paragraphs and qas)."""
+    """The ``data`` list of a SQuAD JSON file (articles with paragraphs and qas), checked down to every
+    answer: a one-line UserError naming the file for anything the jobs could not use."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: SQuAD file not found")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
-        for article in data:
-            for para in article["paragraphs"]:
-                para["context"]
-                for qa in para["qas"]:
-                    qa["id"], qa["question"], qa["answers"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise UserError(f"{path}: not a SQuAD v1.1 file ({type(err).__name__}: {err})") from None
-    return data
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+        _check_squad(doc)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a SQuAD v1.1 file (JSON nested too deeply)") from None
+    except ValueError as err:  # json.JSONDecodeError, an integer too long, or what _check_squad found
+        raise UserError(f"{path}: not a SQuAD v1.1 file ({str(err).splitlines()[0]})") from None
+    return doc["data"]
+
+
+def _check_squad(doc) -> None:
+    """ValueError naming the first place where ``doc`` is not SQuAD v1.1: every question needs a string
+    id (unique in the file) and question, and at least one answer whose text sits in its paragraph's
+    context at its integer ``answer_start`` (training reads the first answer there)."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        raise ValueError("no 'data' list at the top level")
+    seen: set[str] = set()
+    for ai, article in enumerate(data):
+        paras = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paras, list):
+            raise ValueError(f"data[{ai}] has no 'paragraphs' list")
+        for pi, para in enumerate(paras):
+            context, qas = (para.get("context"), para.get("qas")) if isinstance(para, dict) else (None, None)
+            if not isinstance(context, str) or not isinstance(qas, list):
+                raise ValueError(f"data[{ai}].paragraphs[{pi}] needs a 'context' string and a 'qas' list")
+            for qi, qa in enumerate(qas):
+                if not isinstance(qa, dict) or not all(isinstance(qa.get(k), str) for k in ("id", "question")):
+                    raise ValueError(f"data[{ai}].paragraphs[{pi}].qas[{qi}] needs an 'id' and a 'question' string")
+                qid, answers = qa["id"], qa.get("answers")
+                if qid in seen:
+                    raise ValueError(f"question id {qid[:40]!r} repeats")
+                seen.add(qid)
+                if not isinstance(answers, list) or not answers:
+                    raise ValueError(f"question {qid[:40]!r}: 'answers' is not a non-empty list")
+                for a in answers:
+                    text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (None, None)
+                    if not isinstance(text, str) or not text or type(start) is not int:
+                        raise ValueError(f"question {qid[:40]!r}: an answer needs a 'text' string and an integer "
+                                         "'answer_start'")
+                    if start < 0 or context[start : start + len(text)] != text:
+                        raise ValueError(f"question {qid[:40]!r}: answer {text[:40]!r} is not in the context at "
+                                         f"{start}")
 
 
 def examples_of(data: Sequence[dict], limit: Optional[int] = None) -> list[SquadExample]:

@@ -1,0 +1,313 @@
+"""Generated hostile inputs for the evaluation readers (issue 24): GLUE TSV (every task's own columns),
+SQuAD v1.1 JSON and CoNLL-2003 NER, each also Latin-1 encoded, with a byte-order mark, CRLF and truncated.
+
+The invariant on every case: a valid parsed dataset, or one UserError line naming the file; never another
+exception. These readers skip nothing: a damaged record is an error for the whole file, never a silent
+drop. So **conservation** is exact: every record the generator wrote is one parsed record (GLUE rows,
+SQuAD questions, CoNLL sentences; ``-DOCSTART-`` and blank lines are not records), and a file written
+clean must parse. "Valid" means what the jobs use next works: SQuAD answers sit in their context and make
+training features; GLUE labels are class ids or finite scores; CoNLL tags are IOB2. Settings:
+tests/fuzz_settings.py; found failures are kept as ``@example``s or plain tests.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from contracts.common import UserError
+from evaluation import glue, ner, squad
+from evaluation.metrics import squad_evaluate
+from evaluation.text import bert_tokenizer
+from fuzz_settings import fuzz
+
+WORDS = ["the", "Cat", "sat.", "é", "漢字", "🙂", "naïve", '"q', "1.5", "—", "«q»", "\u202e", "a b", ""]
+TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+LATIN1_TEXT = st.lists(st.sampled_from(["café", "naïve", "the", "Zoë", "x"]), min_size=1, max_size=4).map(" ".join)
+TRUNCATION = st.one_of(st.none(), st.none(), st.floats(0.0, 1.0))
+
+
+def one_line_naming(err: UserError, path: Path) -> None:
+    assert "\n" not in str(err) and str(path) in str(err), str(err)
+
+
+def write(path: Path, text: str, encoding: str, bom: bool, cut: float | None) -> bytes:
+    """``text`` encoded (Latin-1 where asked; characters it lacks replaced), then cut at a byte fraction."""
+    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode(encoding, errors="replace")
+    if cut is not None:
+        data = data[: int(len(data) * cut)]
+    path.write_bytes(data)
+    return data
+
+
+# --- GLUE ---------------------------------------------------------------------------------------------
+
+LABEL_NOISE = st.sampled_from(["nan", "inf", "-inf", "1e999", "x", "", " 1", "2", "-1", "1_0", "NaN", "0.5"])
+
+
+def label_cell(spec: glue.TaskSpec) -> st.SearchStrategy[str]:
+    if spec.labels is None:
+        return st.floats(0.0, 5.0).map(lambda f: f"{f:.3f}")
+    return st.sampled_from(spec.labels)
+
+
+@st.composite
+def glue_file(draw):
+    """(spec, split, text, rows written, clean?): a task's train/dev or test TSV, possibly damaged."""
+    spec = draw(st.sampled_from(list(glue.TASKS.values())))
+    split = draw(st.sampled_from(["dev", "test"]))
+    if split == "test":
+        columns = [spec.test_index, spec.test_text_a or spec.text_a] + [c for c in [spec.test_text_b or spec.text_b]
+                                                                          if c]
+    elif spec.no_header_columns:
+        columns = list(spec.no_header_columns)
+    else:
+        columns = [c for c in [spec.text_a, spec.text_b, spec.label] if c] + ["pairID"] * draw(st.booleans())
+    columns = draw(st.permutations(columns)) if not spec.no_header_columns or split == "test" else columns
+    rows = []
+    for i in range(draw(st.integers(0, 5))):
+        rows.append({c: str(i) if c in (spec.test_index, "pairID") else draw(label_cell(spec)) if c == spec.label
+                     else draw(TEXT) for c in columns})
+    clean = bool(rows)
+    lines = [] if spec.no_header_columns and split != "test" else ["\t".join(columns)]
+    lines += ["\t".join(r[c] for c in columns) for r in rows]
+    damage = draw(st.sampled_from(["none"] * 4 + ["extra_cell", "missing_cell", "label", "blank", "drop_column"]))
+    if damage != "none" and rows:
+        clean = False
+        i = draw(st.integers(len(lines) - len(rows), len(lines) - 1))
+        if damage == "extra_cell":
+            lines[i] += "\tmore"
+        elif damage == "missing_cell":
+            lines[i] = lines[i].rsplit("\t", 1)[0]
+        elif damage == "label" and split != "test":
+            j = columns.index(spec.label)
+            cells = lines[i].split("\t")
+            cells[j] = draw(LABEL_NOISE)
+            lines[i] = "\t".join(cells)
+        elif damage == "blank":
+            lines.insert(i, "")
+        elif damage == "drop_column" and len(lines) > len(rows):
+            lines[0] = lines[0].replace(columns[-1], "other")
+        else:
+            clean = True
+    nl = "\r\n" if draw(st.booleans()) else "\n"
+    return spec, split, nl.join(lines) + (nl if draw(st.booleans()) else ""), len(rows), clean
+
+
+@given(case=glue_file(), latin1=st.booleans(), bom=st.booleans(), cut=TRUNCATION)
+@fuzz(400)
+@example(case=(glue.TASKS["STS-B"], "dev", "sentence1\tsentence2\tscore\na\tb\tnan\n", 1, False), latin1=False,
+         bom=False, cut=None)  # a NaN score parsed as a label (found)
+@example(case=(glue.TASKS["SST-2"], "test", "index\tsentence\n", 0, False), latin1=False, bom=False, cut=None)
+def test_glue_tsv(tmp_path_factory, case, latin1, bom, cut):
+    spec, split, text, n_rows, clean = case
+    path = tmp_path_factory.mktemp("glue") / f"{split}.tsv"
+    data = write(path, text, "latin-1" if latin1 else "utf-8", bom, cut)
+    try:
+        if split == "test":
+            examples = glue.read_test_examples(spec, path)
+        else:
+            examples = glue.read_examples(spec, path)
+    except UserError as err:
+        one_line_naming(err, path)
+        assert not (clean and cut is None and (not latin1 or data.isascii())), f"a clean file refused: {err}"
+        return
+    assert examples, "an empty dataset parsed as if it held examples"
+    if cut is None and clean:
+        assert len(examples) == n_rows, "rows read and parsed differ"
+    assert len(examples) <= n_rows + 1  # a damaged row may only split, never multiply
+    for ex in examples:
+        assert isinstance(ex.text_a, str) and (ex.text_b is None) == (spec.text_b is None)
+        if split == "test":
+            assert ex.label is None and ex.index is not None
+        elif spec.labels is None:
+            assert isinstance(ex.label, float) and math.isfinite(ex.label), ex
+        else:
+            assert ex.label in range(len(spec.labels)), ex
+
+
+# --- SQuAD --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def squad_data(draw):
+    """A valid SQuAD v1.1 ``data`` list: every answer cut from its context at its answer_start."""
+    data, n = [], 0
+    for a in range(draw(st.integers(1, 3))):
+        paragraphs = []
+        for _ in range(draw(st.integers(1, 2))):
+            context = draw(TEXT) + " " + draw(TEXT)
+            qas = []
+            for _ in range(draw(st.integers(1, 3))):
+                start = draw(st.integers(0, len(context) - 1))
+                end = draw(st.integers(start + 1, len(context)))
+                qas.append({"id": f"q{n}", "question": draw(TEXT) + "?",
+                            "answers": [{"text": context[start:end], "answer_start": start}]})
+                n += 1
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"A{a}", "paragraphs": paragraphs})
+    return data
+
+
+HOSTILE_VALUES = st.sampled_from([None, 0, -1, True, 1.5, float("nan"), "", "x", [], {}, [[]], [{}], {"a": 1}, 10**6])
+
+
+@st.composite
+def damaged(draw, data):
+    """``data`` with one place edited: a key removed, a value of the wrong type, an answer moved out of its
+    context, a level nested wrongly, a question id repeated. Returns (document, clean?)."""
+    kind = draw(st.sampled_from(["none", "none", "delete", "replace", "replace", "move", "nest", "dupe", "top"]))
+    if kind == "none":
+        return {"version": "1.1", "data": data}, True
+    if kind == "top":
+        return draw(st.sampled_from([data, {"data": {"a": data}}, {"version": "1.1"}, "data", None, {"data": None}])), False
+    paths = []
+    for ai, article in enumerate(data):
+        paths += [("data", ai), ("data", ai, "paragraphs")]
+        for pi, para in enumerate(article["paragraphs"]):
+            base = ("data", ai, "paragraphs", pi)
+            paths += [base, base + ("context",), base + ("qas",)]
+            for qi, qa in enumerate(para["qas"]):
+                q = base + ("qas", qi)
+                paths += [q, q + ("id",), q + ("question",), q + ("answers",), q + ("answers", 0),
+                          q + ("answers", 0, "text"), q + ("answers", 0, "answer_start")]
+    doc = {"version": "1.1", "data": data}
+    path = draw(st.sampled_from(paths))
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if kind == "delete":
+        if isinstance(parent, list):
+            return doc, True  # removing one item of a list leaves a valid file (counted from what is left)
+        del parent[last]
+    elif kind == "replace":
+        parent[last] = draw(HOSTILE_VALUES)
+    elif kind == "move":
+        qa = draw(st.sampled_from([q for a in data for p in a["paragraphs"] for q in p["qas"]]))
+        qa["answers"][0]["answer_start"] = draw(st.sampled_from([-1, 10**6, qa["answers"][0]["answer_start"] + 1]))
+        qa["answers"][0]["text"] += draw(st.sampled_from(["", "zz"]))
+    elif kind == "nest":
+        parent[last] = [parent[last]]
+    elif kind == "dupe":
+        qas = [q for a in data for p in a["paragraphs"] for q in p["qas"]]
+        if len(qas) < 2:
+            return doc, True
+        qas[-1]["id"] = qas[0]["id"]
+    return doc, False
+
+
+def count_questions(doc) -> int:
+    return sum(len(p["qas"]) for a in doc["data"] for p in a["paragraphs"])
+
+
+@pytest.fixture(scope="module")
+def tiny_tok(tmp_path_factory):
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", ".", "a", "b",
+                                "q", "?", "1", "5", "naive", "##e", "é"]) + "\n", encoding="utf-8")
+    return bert_tokenizer(str(vocab), lowercase=True)
+
+
+@given(case=squad_data().flatmap(damaged), latin1=st.booleans(), cut=TRUNCATION)
+@fuzz(400)
+@example(case=({"data": [{"paragraphs": [{"context": "ab", "qas": [{"id": "q", "question": "?",
+                                                                      "answers": [{"text": "a"}]}]}]}]}, False),
+         latin1=False, cut=None)  # KeyError traceback: no answer_start (issue 24)
+@example(case=({"data": [{"paragraphs": [{"context": "ab", "qas": [{"id": "q", "question": "?",
+                                                                      "answers": "a"}]}]}]}, False),
+         latin1=False, cut=None)  # TypeError traceback: answers of the wrong type (issue 24)
+@example(case=({"data": [{"paragraphs": [{"context": "café", "qas": [{"id": "q", "question": "?", "answers": [
+    {"text": "café", "answer_start": 0}]}]}]}]}, True), latin1=True, cut=None)  # UnicodeDecodeError (issue 24)
+@example(case=({"data": [{"paragraphs": [{"context": "ab", "qas": [{"id": "q", "question": "?",
+                                                                      "answers": []}]}]}]}, False),
+         latin1=False, cut=None)  # IndexError when training on a question with no answer (found)
+def test_squad_json(tmp_path_factory, tiny_tok, case, latin1, cut):
+    doc, clean = case
+    path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
+    data = write(path, json.dumps(doc, ensure_ascii=False), "latin-1" if latin1 else "utf-8", False, cut)
+    try:
+        parsed = squad.read_squad(path)
+        examples = squad.examples_of(parsed)
+    except UserError as err:
+        one_line_naming(err, path)
+        assert not (clean and cut is None and (not latin1 or data.isascii())), f"a clean file refused: {err}"
+        return
+    if cut is None and not latin1:
+        assert len(examples) == count_questions(doc), "questions read and parsed differ"
+    assert len({e.qid for e in examples}) == len(examples), "question ids repeat: predictions would collide"
+    for ex in examples:
+        assert all(isinstance(x, str) for x in (ex.qid, ex.question, ex.context, *ex.answers)) and ex.answers
+        assert ex.context[ex.answer_start: ex.answer_start + len(ex.answers[0])] == ex.answers[0], ex
+    squad.make_features(tiny_tok, examples, 32, 8, 8, training=True)
+    if examples:
+        squad_evaluate(squad.restrict(parsed, {e.qid for e in examples}), {})
+
+
+def test_squad_deep_nesting_outside_hypothesis(tmp_path):
+    """A JSON file nested 100,000 deep, at the default recursion limit (Hypothesis raises it)."""
+    path = tmp_path / "deep.json"
+    path.write_text('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(UserError) as err:
+        squad.read_squad(path)
+    one_line_naming(err.value, path)
+
+
+# --- CoNLL --------------------------------------------------------------------------------------------
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
+TOKEN = st.tuples(st.sampled_from(["EU", "rejects", "German", "call", ".", "Zoë", "漢字", "-", "'s", "1996-08-22"]),
+                  st.sampled_from(["NNP", "VBZ", "JJ", ":", "CD"]), st.sampled_from(["B-NP", "I-NP", "O"]),
+                  st.sampled_from(TAGS))
+BAD_TOKEN_LINE = st.sampled_from(["EU NNP B-NP", "EU NNP B-NP B-ORG extra", "EU", "EU NNP B-NP E-ORG",
+                                  "EU NNP B-NP b-org", "EU NNP B-NP B-", "EU NNP B-NP X-PER", "EU\tNNP\tB-NP\tB-ORG\tO"])
+
+
+@st.composite
+def conll_file(draw):
+    """(text, sentences written, clean?): CoNLL-2003 lines, -DOCSTART- and runs of blank lines between."""
+    lines, sentences = [], []
+    if draw(st.booleans()):
+        lines += ["-DOCSTART- -X- -X- O", ""]
+    for _ in range(draw(st.integers(0, 4))):
+        tokens = draw(st.lists(TOKEN, min_size=1, max_size=5))
+        sentences.append([t[0] for t in tokens])
+        lines += [" ".join(t) for t in tokens]
+        lines += draw(st.sampled_from([[""], ["", ""], ["", " ", "\t", ""]]))
+        if draw(st.integers(0, 5)) == 0:
+            lines += ["-DOCSTART- -X- -X- O", ""]
+    clean = bool(sentences)
+    if draw(st.integers(0, 3)) == 0 and lines:
+        lines.insert(draw(st.integers(0, len(lines) - 1)), draw(BAD_TOKEN_LINE))
+        clean = False
+    nl = "\r\n" if draw(st.booleans()) else "\n"
+    return nl.join(lines) + nl * draw(st.booleans()), sentences, clean
+
+
+@given(case=conll_file(), latin1=st.booleans(), bom=st.booleans(), cut=TRUNCATION)
+@fuzz(400)
+@example(case=("EU NNP B-NP B-ORG\nZoë NNP I-NP B-PER\n", [["EU", "Zoë"]], True), latin1=True, bom=False,
+         cut=None)  # UnicodeDecodeError traceback from a Latin-1 file (issue 24)
+@example(case=("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n", [["EU"]], True), latin1=False, bom=True,
+         cut=None)  # found: a byte-order mark made "\ufeff-DOCSTART-" a one-word sentence
+def test_conll(tmp_path_factory, case, latin1, bom, cut):
+    text, sentences, clean = case
+    path = tmp_path_factory.mktemp("conll") / "train.txt"
+    data = write(path, text, "latin-1" if latin1 else "utf-8", bom, cut)
+    try:
+        parsed = ner.read_conll(path)
+    except UserError as err:
+        one_line_naming(err, path)
+        assert not (clean and cut is None and (not latin1 or data.isascii())), f"a clean file refused: {err}"
+        return
+    assert parsed, "an empty dataset parsed as if it held sentences"
+    if cut is None and clean and not latin1:  # (Latin-1 replaced what it cannot encode)
+        assert [list(s.words) for s in parsed] == sentences, "sentences read and parsed differ"
+    assert len(parsed) <= len(sentences) + 1
+    for s in parsed:
+        assert len(s.words) == len(s.tags) and all(ner._TAG.match(t) for t in s.tags)
+        assert all(w and "-DOCSTART-" not in w for w in s.words), s
