@@ -46,7 +46,7 @@ def _dead_here(h: dict) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
+    except (PermissionError, OverflowError):  # OverflowError: no pid at all (an edited lock)
         return False
     now = _start_time(pid)
     return h.get("start") is not None and now is not None and now != h.get("start")
@@ -153,7 +153,7 @@ def acquire(loc: Location, ttl: float = DEFAULT_TTL_S) -> Lease:
                 raise ValueError
         except FileNotFoundError:
             continue
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UserError(f"{loc}/{LOCK_NAME}: unreadable output lock (not written by bertflow?); remove it "
                             "if no run is writing here") from None
         free = holder.get("released") or not isinstance(holder.get("expires"), (int, float)) \

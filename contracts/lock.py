@@ -44,17 +44,20 @@ def _alive(pid: int, start: str | None) -> bool:
         return False
     except PermissionError:
         return True  # someone else's live process
+    except OverflowError:
+        return True  # no pid at all (an edited lock): unknown, never taken over as stale
     now = _start_time(pid)
     return start is None or now is None or now == start  # a reused pid is another process
 
 
 def _holder(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        h = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}  # half-written by a holder killed at that instant: treated as unknown, not stale
+    return h if isinstance(h, dict) else {}  # a list or a scalar: not a holder record, unknown too
 
 
 def _describe(h: dict) -> str:

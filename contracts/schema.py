@@ -102,7 +102,7 @@ class Manifest(BaseModel):
         if is_uri(directory):  # an object store: the manifest is the only thing that makes a dataset exist
             d, path = str(directory).rstrip("/"), f"{str(directory).rstrip('/')}/{MANIFEST_NAME}"
             try:
-                text = location(d).read(MANIFEST_NAME).decode("utf-8")
+                text = location(d).read(MANIFEST_NAME)
             except FileNotFoundError:
                 raise UserError(f"{path}: no manifest (not a finished bertflow dataset)") from None
         else:
@@ -112,10 +112,12 @@ class Manifest(BaseModel):
             path = d / MANIFEST_NAME
             if not path.is_file():
                 raise UserError(f"{path}: no manifest (not a finished bertflow dataset directory)")
-            text = path.read_text(encoding="utf-8")
+            text = path.read_bytes()
         try:
-            manifest = cls.model_validate(json.loads(text))
-        except (ValueError, TypeError) as err:
+            manifest = cls.model_validate(json.loads(text.decode("utf-8")))
+        except RecursionError:
+            raise UserError(f"{path}: corrupt manifest: JSON nested too deeply") from None
+        except (ValueError, TypeError) as err:  # ValueError: not UTF-8, not JSON, not a manifest
             raise UserError(f"{path}: corrupt manifest: {str(err).splitlines()[0]}") from None
         if kind is not None and manifest.kind != kind:
             raise UserError(f"{d}: manifest is of kind {manifest.kind!r}, expected {what}")

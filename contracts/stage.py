@@ -78,7 +78,7 @@ class LocalDir:
     def read_json(self, name: str) -> Any:
         try:
             return json.loads((self.path / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
     def write_json(self, name: str, obj: Any) -> None:
