@@ -63,7 +63,7 @@ def _fetch(loc: Location, entry: FileEntry, local: Path) -> int:
     local.parent.mkdir(parents=True, exist_ok=True)
     with open(local.with_name(f".{local.name}.lock"), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one fetcher per file and node; the others wait, then use it
-        if not (local.is_file() and local.stat().st_size == entry.bytes):  # absent, or truncated: fetch
+        if not _sound(local, entry):  # absent, truncated or damaged in place: fetch
             _make_room(entry.bytes)
             tmp = local.with_name(f".tmp-{local.name}")
             loc.download(entry.name, tmp)
@@ -75,6 +75,12 @@ def _fetch(loc: Location, entry: FileEntry, local: Path) -> int:
         fd = os.open(local, os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_SH)
         return fd
+
+
+def _sound(local: Path, entry: FileEntry) -> bool:
+    """The cached copy is the manifest's file: its size and its checksum (a copy damaged in place keeps
+    its size, and was once read as data). Hashed once per process and file, when a rank first opens it."""
+    return local.is_file() and local.stat().st_size == entry.bytes and sha256_file(local) == entry.sha256
 
 
 def _make_room(need: int) -> None:
