@@ -14,7 +14,6 @@ Layout of ``RUN_DIR/checkpoints/step_00000010/``:
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil
@@ -28,7 +27,7 @@ from bert_core.config import ModelConfig
 from bert_core.engine import consolidated_state_dict
 from bert_core.hf import load_hf
 from bert_core.model import BertForPreTraining
-from contracts.common import UserError, build_config, fsync_dir, sha256_file, write_json_atomic
+from contracts.common import UserError, build_config, fsync_dir, read_json_object, sha256_file, write_json_atomic
 
 MARKER = "COMPLETE"
 STATE = "trainer_state.json"
@@ -57,6 +56,11 @@ def step_of(path: Path) -> int:
     return int(path.name.split("_")[-1])
 
 
+def is_step_dir(path: Path) -> bool:
+    """``step_<digits>``: a checkpoint's name (``step_final``, a user's copy, is not one; nor read as one)."""
+    return path.name.startswith("step_") and path.name[5:].isdecimal()
+
+
 def is_complete(path: Path) -> bool:
     return (path / MARKER).is_file() and (path / STATE).is_file()
 
@@ -73,7 +77,7 @@ class CheckpointManager:
     def all(self) -> list[Path]:
         if not self.root.is_dir():
             return []
-        found = [p for p in self.root.glob("step_*") if p.is_dir() and is_complete(p)]
+        found = [p for p in self.root.glob("step_*") if is_step_dir(p) and p.is_dir() and is_complete(p)]
         return sorted(found, key=step_of)
 
     def latest(self) -> Optional[Path]:
@@ -198,13 +202,13 @@ def verify(path: Path, rank: Optional[int] = None, same_world: bool = True) -> N
     naming the first damaged file). ``rank``: check only what that rank reads (``files_read_by``),
     so N ranks hash N shards in all instead of N x N; None checks every file."""
     read_state(path)
-    try:
-        files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path / MARKER}: corrupt checkpoint marker: {err}") from None
-    files = files or {}  # markers of older checkpoints carry no inventory
+    files = read_json_object(path / MARKER, "checkpoint marker").get("files") or {}  # older markers: none
+    if not isinstance(files, dict):
+        raise UserError(f"{path / MARKER}: corrupt checkpoint marker: 'files' is not a mapping")
     for rel in files_read_by(files, rank, same_world):
         meta = files[rel]
+        if not (isinstance(meta, dict) and type(meta.get("bytes")) is int and isinstance(meta.get("sha256"), str)):
+            raise UserError(f"{path / MARKER}: corrupt checkpoint marker: no size and checksum for {rel!r}")
         f = path / rel
         if not f.is_file():
             raise UserError(f"{f}: missing from the checkpoint")
@@ -251,10 +255,7 @@ def read_state(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: checkpoint not found")
     if not is_complete(path):
         raise UserError(f"{path}: incomplete checkpoint (no {MARKER} marker: killed while saving?)")
-    try:
-        return json.loads((path / STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path / STATE}: corrupt checkpoint state: {err}") from None
+    return read_json_object(path / STATE, "checkpoint state")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -288,10 +289,8 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
     ckpt = resolve_checkpoint(path)
     state = read_state(ckpt)
     verify(ckpt)
-    try:
-        mc = build_config(ModelConfig, json.loads((ckpt / "model_config.json").read_text()), str(ckpt / "model_config.json"))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{ckpt / 'model_config.json'}: unreadable: {err}") from None
+    mc_path = ckpt / "model_config.json"
+    mc = build_config(ModelConfig, read_json_object(mc_path, "model config"), str(mc_path))
     try:
         weights = consolidated_state_dict(ckpt / "engine", state.get("engine", "torch"), int(state.get("zero_stage", 0)))
     except UserError:

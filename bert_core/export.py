@@ -9,7 +9,6 @@ Import writes a weights-only checkpoint (step 0) into a new run directory, usabl
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +19,7 @@ from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, 
 from bert_core.hf import load_hf, save_hf
 from bert_core.identity import identity
 from bert_core.stage import EXPORT_HASH, export_stage, export_status
-from contracts.common import ArgParser, UserError, run_main
+from contracts.common import ArgParser, UserError, read_json_object, run_main
 from contracts.lock import output_lock
 
 # The export stage's status is torch-free (bert_core.stage); it is this job's own answer.
@@ -87,7 +86,7 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
              "imported_from": str(Path(hf_dir).resolve())}
     tok_cfg = Path(hf_dir) / "tokenizer_config.json"
     if tok_cfg.is_file():
-        state["lowercase"] = bool(json.loads(tok_cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+        state["lowercase"] = bool(read_json_object(tok_cfg, "tokenizer config").get("do_lower_case", True))
     files: dict[str, Any] = {"model_config.json": mc.model_dump(mode="json"), "vocab.txt": Path(vocab)}
     return CheckpointManager(run_dir, keep_last=1).save(0, _WeightsOnly(model), state, files)
 

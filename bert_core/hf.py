@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from bert_core.config import ModelConfig
 from bert_core.model import BertForPreTraining, init_bert_weights
-from contracts.common import UserError, build_config, fsync_dir
+from contracts.common import UserError, build_config, fsync_dir, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +159,7 @@ def read_hf(hf_dir: str | os.PathLike) -> HFCheckpoint:
     for p in (cfg_path, vocab):
         if not p.is_file():
             raise UserError(f"{p}: missing from the HF directory")
-    try:
-        config = from_hf_config(json.loads(cfg_path.read_text(encoding="utf-8")), str(cfg_path))
-    except json.JSONDecodeError as err:
-        raise UserError(f"{cfg_path}: not valid JSON: {err}") from None
+    config = from_hf_config(read_json_object(cfg_path, "HF config"), str(cfg_path))
     raw = _read_weights(hf_dir)
     # Built on the meta device: initialising weights that are about to be overwritten costs more
     # than reading them (about 1 s for MiniLM). Only the parts the checkpoint lacks get initialised.

@@ -20,8 +20,9 @@ MARKER = "COMPLETE"  # bert_core.checkpoint.MARKER: written last, with every fil
 def _checkpoint(path: Path) -> str:
     """A finished checkpoint: the inventory in its marker (size and checksum of every file)."""
     try:
-        files = json.loads((path / MARKER).read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError):
+        marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        files = marker.get("files") if isinstance(marker, dict) else None  # an edited marker: the files' own
+    except (OSError, ValueError, RecursionError):
         files = None
     return stable_hash(["checkpoint", path.name, files or _files(path)])
 

@@ -42,7 +42,7 @@ class TrainResult:
             return cls._from_remote(str(run_dir))
         run_dir = Path(run_dir)
         path = run_dir / METRICS_FILE
-        last = _last_record(path.read_text(encoding="utf-8") if path.is_file() else "")
+        last = _last_record(path.read_bytes().decode("utf-8", "replace") if path.is_file() else "")
         return cls(run_dir, latest_checkpoint(run_dir), path, last)
 
     @classmethod
@@ -51,7 +51,7 @@ class TrainResult:
         from contracts.storage import location
 
         try:
-            text = location(uri).read(METRICS_FILE).decode("utf-8")
+            text = location(uri).read(METRICS_FILE).decode("utf-8", "replace")
         except FileNotFoundError:
             text = ""
         uri = uri.rstrip("/")
@@ -62,9 +62,12 @@ def _last_record(text: str) -> dict[str, Any]:
     last: dict[str, Any] = {}
     for line in text.splitlines():
         try:
-            last = json.loads(line)
-        except ValueError:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
             break  # a line cut by kill -9: nothing after it counts
+        if not isinstance(record, dict):
+            break  # nor after a line that is no metrics record (an edited file)
+        last = record
     return last
 
 
@@ -75,7 +78,8 @@ def _step(path: Path) -> int:
 def latest_checkpoint(run_dir: str | Path) -> Optional[Path]:
     """The last finished checkpoint of a run (as CheckpointManager.latest, without torch)."""
     root = Path(run_dir) / "checkpoints"
-    done = [p for p in root.glob("step_*") if (p / MARKER).is_file() and (p / STATE).is_file()] if root.is_dir() else []
+    done = [p for p in root.glob("step_*") if p.name[5:].isdecimal() and (p / MARKER).is_file()
+            and (p / STATE).is_file()] if root.is_dir() else []
     return max(done, key=_step) if done else None
 
 

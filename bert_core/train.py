@@ -34,7 +34,7 @@ from bert_core.remote_run import RemoteRun, remote_for
 from bert_core.runtime import seed_all
 from bert_core.train_config import TrainConfig, ds_config, elastic_config
 from bert_core.train_log import METRICS_FILE, MetricsLogger, peak_flops
-from contracts.common import UserError, build_config
+from contracts.common import UserError, build_config, one_line
 from contracts.lock import output_lock
 from contracts.schema import Manifest
 
@@ -129,9 +129,11 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool, shown: Op
             raise UserError(f"{shown or run_dir}: nothing to resume (no {RUN_CONFIG})")
         try:
             old = json.loads(saved.read_text(encoding="utf-8"))
+            if not isinstance(old, dict) or not isinstance(old.get("inputs") or {}, dict):
+                raise ValueError("not a run config record (an object with config and inputs)")
             old_cfg = build_config(TrainConfig, old["config"], shown_saved)
-        except (ValueError, KeyError) as err:
-            raise UserError(f"{shown_saved}: corrupt run config: {err}") from None
+        except (ValueError, KeyError, RecursionError) as err:
+            raise UserError(f"{shown_saved}: corrupt run config: {one_line(str(err) or type(err).__name__)}") from None
         if old_cfg.resume_hash() != config.resume_hash():
             changed = ", ".join(_blocking_differences(old_cfg, config))
             raise UserError(f"--resume: config differs from the run's {shown_saved} in {changed} (the fields that "

@@ -279,6 +279,23 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (a record the program wrote and reads back, or a model's config.json);
+    a one-line UserError naming the file for anything else: unreadable, not UTF-8, not JSON, nested too
+    deeply, or a list or scalar where an object belongs."""
+    try:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except RecursionError:
+        raise UserError(f"{path}: corrupt {what}: JSON nested too deeply") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: corrupt {what}: not valid JSON: {err}") from None
+    except (OSError, ValueError) as err:  # ValueError: UnicodeDecodeError, JSONDecodeError, a huge integer
+        raise UserError(f"{path}: corrupt {what}: {one_line(str(err))}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: corrupt {what}: a JSON {type(data).__name__}, not an object")
+    return data
+
+
 def one_line(text: str) -> str:
     """``text`` with its line breaks escaped: an error quoting the user's value stays one line."""
     return text.rstrip("\n").replace("\r", "\\r").replace("\n", "\\n")

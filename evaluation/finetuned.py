@@ -16,7 +16,6 @@ a prediction run would take for a finished model.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -29,7 +28,7 @@ from bert_core.config import ModelConfig
 from bert_core.heads import BertForSequenceClassification
 from bert_core.hf import from_hf_config, save_hf, to_hf_config
 from bert_core.hf import replace_dir as swap_dir
-from contracts.common import UserError
+from contracts.common import UserError, read_json_object
 
 RECORD = "bertflow_finetuned.json"
 FORMAT = "bertflow-glue-finetuned/1"
@@ -72,10 +71,7 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     if not rec.is_file():
         raise UserError(f"{path}: not a fine-tuned GLUE model (no {RECORD}; keep one with "
                         "`bertflow eval glue ... --save-models best`, then predict from <output-dir>/models/<task>)")
-    try:
-        data = json.loads(rec.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{rec}: unreadable record: {err}") from None
+    data = read_json_object(rec, "record")
     missing = [k for k in _RECORD_KEYS if not isinstance(data, dict) or k not in data]
     if missing:
         raise UserError(f"{rec}: record lacks {', '.join(missing)}")
@@ -89,10 +85,7 @@ def load_finetuned(path: str | os.PathLike) -> tuple[BertForSequenceClassificati
     path = Path(path)
     record = read_record(path)
     cfg_path = path / "config.json"
-    try:
-        config = from_hf_config(json.loads(cfg_path.read_text(encoding="utf-8")), str(cfg_path))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{cfg_path}: unreadable: {err}") from None
+    config = from_hf_config(read_json_object(cfg_path, "HF config"), str(cfg_path))
     try:
         state = load_file(str(path / "model.safetensors"))
     except (SafetensorError, OSError) as err:

@@ -9,7 +9,6 @@ first rows would be the shortest only), sorted by length only to save padding.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from bert_core.checkpoint import CheckpointManager, is_complete, load_model_from_checkpoint, step_of
+from bert_core.checkpoint import CheckpointManager, is_complete, load_model_from_checkpoint, read_state, step_of
 from bert_core.engine import forward_loss
 from bert_core.loader import InstanceDataset
 from bert_core.losses import NO_SENTENCE_TASK
@@ -40,7 +39,10 @@ def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
             raise UserError(f"{path}: run directory holds no complete checkpoint")
         return [(step_of(p), str(p)) for p in (found if cfg.all_checkpoints else found[-1:])]
     if is_complete(path):
-        return [(int(json.loads((path / "trainer_state.json").read_text()).get("step", 0)), str(path))]
+        step = read_state(path).get("step", 0)
+        if type(step) is not int:
+            raise UserError(f"{path / 'trainer_state.json'}: corrupt checkpoint state: step {step!r} is not an integer")
+        return [(step, str(path))]
     return [(0, str(path))]  # a Hugging Face directory: no training step
 
 
