@@ -311,3 +311,22 @@ def test_conll(tmp_path_factory, case, latin1, bom, cut):
     for s in parsed:
         assert len(s.words) == len(s.tags) and all(ner._TAG.match(t) for t in s.tags)
         assert all(w and "-DOCSTART-" not in w for w in s.words), s
+
+
+@given(train=conll_file(), scored=conll_file())
+@fuzz(100)
+def test_conll_splits_tags_unknown_to_training(tmp_path_factory, train, scored):
+    """The scored split may only use tags the training sentences have (else one line naming its file)."""
+    from evaluation.config import NerConfig
+    from evaluation.ner_eval import load_splits
+
+    d = tmp_path_factory.mktemp("conll")
+    (d / "train.txt").write_text(train[0], encoding="utf-8")
+    (d / "valid.txt").write_text(scored[0], encoding="utf-8")
+    cfg = NerConfig(model_path=str(d / "m"), output_dir=str(d / "out"), conll_dir=str(d))
+    try:
+        train_s, scored_s, labels = load_splits(cfg)
+    except UserError as err:
+        assert "\n" not in str(err) and str(d) in str(err), str(err)
+        return
+    assert labels[0] == "O" and {t for s in [*train_s, *scored_s] for t in s.tags} <= set(labels)
