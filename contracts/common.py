@@ -289,7 +289,7 @@ def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:
         raise UserError(f"{path}: corrupt {what}: JSON nested too deeply") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: corrupt {what}: not valid JSON: {err}") from None
-    except (OSError, ValueError) as err:  # ValueError: UnicodeDecodeError, JSONDecodeError, a huge integer
+    except (OSError, ValueError) as err:  # ValueError: UnicodeDecodeError, an integer too long to read
         raise UserError(f"{path}: corrupt {what}: {one_line(str(err))}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: corrupt {what}: a JSON {type(data).__name__}, not an object")
