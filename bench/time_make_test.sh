@@ -19,7 +19,7 @@ for i in $(seq 1 "$runs"); do
   TORCH_EXTENSIONS_DIR="$work.torch_extensions" /usr/bin/time -f "%e %M" -o "$work.time" make test > "$work.log" 2>&1
   rc=$?
   kill "$hog" "$sampler"
-  read -r wall_s rss_kb < "$work.time"
+  read -r wall_s rss_kb < <(tail -1 "$work.time")  # a failed run: time writes its exit status first
   summary=$(grep -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* in " "$work.log" | tail -1)
   hostile=$(grep -E "^hostile battery:" "$work.log" | tail -1)
   load=$(sort -n "$work.load" | awk '{a[NR]=$1; s+=$1} END {if (NR) printf "min %.2f, max %.2f, mean %.1f (%d samples)", a[1], a[NR], s/NR, NR}')
