@@ -13,6 +13,7 @@ from contracts.common import UserError
 from contracts.lease import LOCK_NAME
 from contracts.stage import RECORD, LocationDir, StageDir
 from contracts.storage import location
+from hang import HANG_S
 
 INPUTS = {"model_path": "abc123"}
 H = "0123456789abcdef"
@@ -58,7 +59,9 @@ def test_the_record_written_last_is_what_makes_the_output_exist(s3_env):
 def test_racing_writers_for_one_prefix_exactly_one_wins(s3_env):
     for attempt in range(5):
         prefix = f"{s3_env}/race{attempt}"
-        barrier, winners, refused = threading.Barrier(4), [], []
+        # tried: a winner holds the lock until every writer has tried (a writer that a loaded machine
+        # delays past the holder's release would rightly win next: that is no race)
+        barrier, tried, winners, refused = threading.Barrier(4), threading.Barrier(4, timeout=HANG_S), [], []
 
         def writer(i):
             sd = StageDir.at(prefix, "vocab")
@@ -66,9 +69,10 @@ def test_racing_writers_for_one_prefix_exactly_one_wins(s3_env):
             try:
                 with sd.lock():
                     winners.append(i)
-                    time.sleep(0.5)
+                    tried.wait()
             except UserError as e:
                 refused.append(str(e))
+                tried.wait()
         threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
         [t.start() for t in threads]
         [t.join() for t in threads]

@@ -114,20 +114,26 @@ def test_unreadable_lock_is_not_guessed_at(loc):
 
 
 RACER = """
-import sys, time
+import os, sys, time
+from pathlib import Path
 from contracts.lease import acquire
 from contracts.common import UserError
 from contracts.storage import location
 t0 = float(sys.argv[2])
 while time.time() < t0:
     time.sleep(0.001)
+tried, n, deadline = Path(sys.argv[3]), int(sys.argv[4]), time.time() + float(sys.argv[5])
 try:
     lease = acquire(location(sys.argv[1]), ttl=60)
 except UserError as e:
     print("refused", e)
+    (tried / str(os.getpid())).touch()
     raise SystemExit(2)
 print("won")
-time.sleep(1.0)
+# held until every other racer has tried: one that a loaded machine starts late would rightly win
+# after the release, which is no race
+while len(list(tried.iterdir())) < n - 1 and time.time() < deadline:
+    time.sleep(0.05)
 lease.release()
 """
 
@@ -138,7 +144,10 @@ def test_two_writer_processes_race_exactly_one_wins_five_times(loc, tmp_path):
     for attempt in range(5):
         target = loc.join(f"try{attempt}")
         start = time.time() + 1.5
-        procs = [subprocess.Popen([sys.executable, "-c", RACER, target.uri, str(start)], env=env, cwd=REPO,
+        tried = tmp_path / f"tried{attempt}"
+        tried.mkdir()
+        procs = [subprocess.Popen([sys.executable, "-c", RACER, target.uri, str(start), str(tried), "2", str(HANG_S)],
+                                  env=env, cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         outs = [p.communicate(timeout=HANG_S) for p in procs]
         codes = sorted(p.returncode for p in procs)
