@@ -221,13 +221,19 @@ def verify(path: Path, rank: Optional[int] = None, same_world: bool = True) -> N
 def verify_collective(path: Path, rank: int, same_world: bool = True) -> None:
     """Every rank checks what it reads, then all ranks share the first problem found, so they all
     refuse together with the same line (a rank alone would leave the others waiting in a barrier)."""
-    import torch.distributed as dist
-
     problem = None
     try:
         verify(path, rank, same_world)
     except UserError as err:
         problem = str(err)
+    agree(problem)
+
+
+def agree(problem: Optional[str]) -> None:
+    """Every rank raises the first rank's problem, together (a rank refusing alone leaves the others
+    waiting in the next collective); with no process group, this rank's own."""
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         found: list = [None] * dist.get_world_size()
         dist.all_gather_object(found, problem)

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch.distributed as dist
 
-from bert_core.checkpoint import (CheckpointManager, is_hf_dir, load_model_from_checkpoint, read_state,
+from bert_core.checkpoint import (CheckpointManager, agree, is_hf_dir, load_model_from_checkpoint, read_state,
                                  resolve_checkpoint, step_of, verify_collective)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
@@ -44,17 +44,6 @@ ARCH_FIELDS = set(ModelConfig.model_fields) - {"hidden_dropout_prob", "attention
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
-
-
-def _agree(problem: Optional[str]) -> None:
-    """Every rank raises the first rank's problem, together (a rank refusing alone leaves the others
-    waiting in the next collective)."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        found: list = [None] * dist.get_world_size()
-        dist.all_gather_object(found, problem)
-        problem = next((p for p in found if p is not None), None)
-    if problem is not None:
-        raise UserError(problem)
 
 
 def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
@@ -229,7 +218,7 @@ def _check(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None
             remote.pull(resume, world.local_rank)
         except UserError as err:
             problem = str(err)
-        _agree(problem)  # also the barrier: no rank reads the mirror before it is complete
+        agree(problem)  # also the barrier: no rank reads the mirror before it is complete
     dataset = InstanceDataset(config.data_dir)
     mc = config.build_model_config(dataset.vocab_size)
     dataset.check_model(mc, max_seq_length=config.max_seq_length, max_predictions_per_seq=config.max_predictions_per_seq)
