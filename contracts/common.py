@@ -274,9 +274,14 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def json_record(obj: Any) -> bytes:
+    """The one serialisation of a record the program writes (same bytes on local disk and a store)."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.write_bytes(json_record(obj))
 
 
 def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.common import UserError, sha256_file, stable_hash, write_json_atomic
+from contracts.common import UserError, json_record, sha256_file, stable_hash, write_json_atomic
 from contracts.storage import is_uri, location
 
 SCHEMA_VERSION = 1
@@ -87,8 +87,7 @@ class Manifest(BaseModel):
         """Write the manifest (last: it is what makes the dataset exist) into a directory or an
         object-store prefix; the same bytes either way."""
         if is_uri(directory):
-            body = json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-            location(str(directory)).write(MANIFEST_NAME, body.encode("utf-8"))
+            location(str(directory)).write(MANIFEST_NAME, json_record(self.model_dump(mode="json")))
             return f"{str(directory).rstrip('/')}/{MANIFEST_NAME}"
         path = Path(directory) / MANIFEST_NAME
         write_json_atomic(path, self.model_dump(mode="json"))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Protocol
 
-from contracts.common import NO_OUTPUT, Status, UserError, stable_hash, write_json_atomic
+from contracts.common import NO_OUTPUT, Status, UserError, json_record, stable_hash, write_json_atomic
 from contracts.lock import others, output_lock
 
 RECORD = "stage.json"
@@ -124,7 +124,7 @@ class LocationDir:
 
     def write_json(self, name: str, obj: Any) -> None:
         self._check()
-        self.loc.write(name, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+        self.loc.write(name, json_record(obj))
 
     def delete(self, name: str) -> None:
         self._check()

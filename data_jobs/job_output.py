@@ -14,7 +14,6 @@ Imports nothing of the project outside contracts.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from contracts.common import write_json_atomic
+from contracts.common import json_record, write_json_atomic
 from contracts.storage import is_uri, location
 
 SCRATCH_ENV = "BERTFLOW_SCRATCH"  # node-local scratch for files on their way to an object store
@@ -57,15 +56,10 @@ def publish(out: str, files: Iterable[Path]) -> None:
         loc.upload(path.name, path)
 
 
-def json_bytes(obj: Any) -> bytes:
-    """The one serialisation of a record (write_json_atomic's)."""
-    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
 def write_json(out: str, name: str, obj: Any) -> None:
     """A record under ``out``, appearing complete or not at all (same bytes locally and on a store)."""
     if is_uri(out):
-        location(out).write(name, json_bytes(obj))
+        location(out).write(name, json_record(obj))
     else:
         write_json_atomic(Path(out) / name, obj)
 

@@ -32,7 +32,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import Field, ValidationError, model_validator
 
-from contracts.common import StrictModel, UserError, format_validation_error, stable_hash
+from contracts.common import StrictModel, UserError, format_validation_error, json_record, stable_hash
 from contracts.storage import Location, location
 from flows.gate import GateDecision
 
@@ -101,7 +101,7 @@ def _who() -> str:
 def _dump(model: StrictModel) -> bytes:
     body = model.model_dump(mode="json")
     body["checksum"] = stable_hash(body)
-    return (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
+    return json_record(body)
 
 
 def _finite(metrics: Mapping[str, Any]) -> dict[str, Optional[float]]:
