@@ -26,7 +26,6 @@ Invariants
 """
 from __future__ import annotations
 
-import queue
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import torch
 
 from bert_core.config import ModelConfig
 from bert_core.loader_cache import FileSource
+from bert_core.prefetch import Prefetcher
 from contracts.common import UserError
 from contracts.schema import Manifest
 from contracts.storage import LocalLocation, location
@@ -390,7 +390,7 @@ class BatchLoader:
         """The batch at ``pos`` from the background thread (restarted if the cursor moved under it)."""
         if self._prefetcher is None or self._prefetcher.next_pos != pos:
             self.close()
-            self._prefetcher = _Prefetcher(self._batch_at, self._advance, pos, self._prefetch_depth)
+            self._prefetcher = Prefetcher(self._batch_at, self._advance, pos, self._prefetch_depth)
         return self._prefetcher.get()
 
     def close(self) -> None:
@@ -423,42 +423,3 @@ class BatchLoader:
                 )
         self.close()
         self.epoch, self.index, self.micro = int(state["epoch"]), int(state["index"]), int(state.get("micro", 0))
-
-
-class _Prefetcher:
-    """A daemon thread collating the micro batches after ``pos`` into a bounded queue, in order."""
-
-    def __init__(self, make, advance, pos, depth: int):
-        self.next_pos, self._advance = pos, advance
-        self._q: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(make, advance, pos), daemon=True, name="bert-loader")
-        self._thread.start()
-
-    def _run(self, make, advance, pos) -> None:
-        while not self._stop.is_set():
-            try:
-                item = (pos, make(pos))
-            except BaseException as err:  # handed to the consumer, raised there
-                item = (pos, err)
-            while not self._stop.is_set():
-                try:
-                    self._q.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if isinstance(item[1], BaseException):
-                return
-            pos = advance(pos)
-
-    def get(self) -> dict[str, torch.Tensor]:
-        pos, batch = self._q.get()
-        assert pos == self.next_pos, (pos, self.next_pos)
-        if isinstance(batch, BaseException):
-            raise batch
-        self.next_pos = self._advance(pos)
-        return batch
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
