@@ -26,11 +26,10 @@ import torch
 from bert_core.config import ModelConfig
 from bert_core.engine import consolidated_state_dict
 from bert_core.hf import load_hf
+from bert_core.identity import CHECKPOINTS, MARKER, STATE
 from bert_core.model import BertForPreTraining
 from contracts.common import UserError, build_config, fsync_dir, read_json_object, sha256_file, write_json_atomic
 
-MARKER = "COMPLETE"
-STATE = "trainer_state.json"
 
 
 def _noop() -> None:
@@ -70,7 +69,7 @@ class CheckpointManager:
 
     def __init__(self, run_dir: str | Path, keep_last: int = 3, rank: int = 0, barrier: Callable[[], None] = _noop,
                  remote=None):
-        self.root = Path(run_dir) / "checkpoints"
+        self.root = Path(run_dir) / CHECKPOINTS
         self.keep_last, self.rank, self.barrier = keep_last, rank, barrier
         self.remote = remote  # bert_core.remote_run.RemoteRun: run_dir is its node-local mirror
 
@@ -267,7 +266,7 @@ def read_state(path: Path) -> dict[str, Any]:
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint dir as given, or the latest complete checkpoint of a run dir."""
     path = Path(path)
-    if (path / "checkpoints").is_dir():
+    if (path / CHECKPOINTS).is_dir():
         latest = CheckpointManager(path).latest()
         if latest is None:
             raise UserError(f"{path}: run directory holds no complete checkpoint")
@@ -282,7 +281,7 @@ def is_hf_dir(path: str | Path) -> bool:
     evaluation's model_format auto): a config.json and not a bertflow checkpoint or run directory.
     Weights are not looked for here, so an HF directory without them gets load_hf's precise error."""
     p = Path(path)
-    return (p / "config.json").is_file() and not (p / MARKER).exists() and not (p / "checkpoints").exists()
+    return (p / "config.json").is_file() and not (p / MARKER).exists() and not (p / CHECKPOINTS).exists()
 
 
 def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, ModelConfig, Path]:

@@ -17,7 +17,7 @@ import torch
 
 from bert_core.checkpoint import CheckpointManager, load_model_from_checkpoint, read_state, resolve_checkpoint
 from bert_core.hf import load_hf, save_hf
-from bert_core.identity import identity
+from bert_core.identity import CHECKPOINTS, STATE, identity
 from bert_core.stage import EXPORT_HASH, export_stage, export_status
 from contracts.common import ArgParser, UserError, read_json_object, run_main
 from contracts.lock import output_lock
@@ -44,7 +44,7 @@ def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Pat
         raise UserError(f"{checkpoint_or_run_dir}: checkpoint has no vocab.txt to export with the weights")
     lowercase = True
     ckpt = resolve_checkpoint(checkpoint_or_run_dir)
-    if (ckpt / "trainer_state.json").is_file():
+    if (ckpt / STATE).is_file():
         saved = read_state(ckpt)
         lowercase = bool(saved.get("lowercase", True))
         _check_vocab(Path(vocab), saved.get("vocab_hash"))
@@ -79,7 +79,7 @@ class _WeightsOnly:
 def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
     """An HF BERT directory -> ``run_dir/checkpoints/step_00000000`` (weights, config, vocab)."""
     run_dir = Path(run_dir)
-    if (run_dir / "checkpoints").exists():
+    if (run_dir / CHECKPOINTS).exists():
         raise UserError(f"--out: {run_dir} already holds checkpoints; choose a new run directory")
     model, mc, vocab = load_hf(hf_dir)
     state = {"step": 0, "engine": "torch", "zero_stage": 0, "weights_only": True, "vocab_hash": None,

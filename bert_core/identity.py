@@ -14,7 +14,13 @@ from contracts.lock import LOCK_NAME
 from contracts.common import sha256_file, stable_hash
 from contracts.schema import MANIFEST_NAME, Manifest
 
-MARKER = "COMPLETE"  # bert_core.checkpoint.MARKER: written last, with every file's size and SHA-256
+# A run directory's layout, defined once (torch-free: the stage, the trainer, the checkpoint manager,
+# the metrics log and the object-store mirror all name their files from here).
+RUN_CONFIG = "train_config.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+STATE = "trainer_state.json"  # in each checkpoint
+MARKER = "COMPLETE"  # in each checkpoint, written last, with every file's size and SHA-256
 
 
 def _checkpoint(path: Path) -> str:
@@ -46,8 +52,8 @@ def identity(path: Optional[str | Path]) -> Optional[str]:
             pass
     if (p / MARKER).is_file():
         return _checkpoint(p)
-    if (p / "checkpoints").is_dir():  # a run directory: each finished checkpoint
-        ckpts = sorted(c for c in (p / "checkpoints").glob("step_*") if (c / MARKER).is_file())
+    if (p / CHECKPOINTS).is_dir():  # a run directory: each finished checkpoint
+        ckpts = sorted(c for c in (p / CHECKPOINTS).glob("step_*") if (c / MARKER).is_file())
         return stable_hash(["run", [_checkpoint(c) for c in ckpts]])
     if p.is_file():
         return stable_hash(["file", p.stat().st_size, sha256_file(p)])

@@ -27,14 +27,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG
 from contracts.common import UserError, sha256_file
 from contracts.storage import Location, is_uri, location
 
 SCRATCH_ENV = "BERTFLOW_SCRATCH"  # data_jobs.job_output.SCRATCH_ENV
-CHECKPOINTS = "checkpoints"
-MARKER = "COMPLETE"  # bert_core.identity.MARKER
-RUN_CONFIG = "train_config.json"  # bert_core.stage.RUN_CONFIG
-METRICS_FILE = "metrics.jsonl"
 
 
 def scratch_mirror(uri: str) -> Path:

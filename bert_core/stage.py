@@ -15,14 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from bert_core.identity import MARKER, identity
+from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG, STATE, identity
 from bert_core.train_config import TrainConfig
 from contracts.common import Status
 from contracts.stage import StageDir
 
-RUN_CONFIG = "train_config.json"
-METRICS_FILE = "metrics.jsonl"  # bert_core.train_log.METRICS_FILE
-STATE = "trainer_state.json"  # bert_core.checkpoint.STATE
 EXPORT_RECORD = "exported_from.json"  # the exported checkpoint's content identity
 
 
@@ -77,7 +74,7 @@ def _step(path: Path) -> int:
 
 def latest_checkpoint(run_dir: str | Path) -> Optional[Path]:
     """The last finished checkpoint of a run (as CheckpointManager.latest, without torch)."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     done = [p for p in root.glob("step_*") if p.name[5:].isdecimal() and (p / MARKER).is_file()
             and (p / STATE).is_file()] if root.is_dir() else []
     return max(done, key=_step) if done else None
@@ -88,7 +85,7 @@ def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
     return {name: identity(getattr(config, name)) for name in sorted(TrainConfig.input_fields)}
 
 
-RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, "checkpoints", "tensorboard"})  # what a run writes
+RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, CHECKPOINTS, "tensorboard"})  # what a run writes
 
 
 def run_stage(run_dir: str | Path) -> StageDir:
@@ -135,7 +132,7 @@ def discard(config: TrainConfig) -> None:
     also holds files no run wrote is refused with one line (a user's notes are never deleted with the
     stale run)."""
     sd = run_stage(config.output_dir)
-    if sd.read_record() is None and not (Path(config.output_dir) / "checkpoints").is_dir():
+    if sd.read_record() is None and not (Path(config.output_dir) / CHECKPOINTS).is_dir():
         return
     with sd.lock():
         refuse_foreign(config.output_dir)
@@ -154,7 +151,7 @@ def export_stage(out_dir: str | Path) -> StageDir:
 def export_source(checkpoint_or_run_dir: str | Path) -> Optional[Path]:
     """The checkpoint an export is made from: the run's latest, or the checkpoint given."""
     src = Path(checkpoint_or_run_dir)
-    return latest_checkpoint(src) if (src / "checkpoints").is_dir() else src
+    return latest_checkpoint(src) if (src / CHECKPOINTS).is_dir() else src
 
 
 def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:

@@ -24,6 +24,7 @@ from bert_core.checkpoint import (CheckpointManager, agree, is_hf_dir, load_mode
                                  resolve_checkpoint, step_of, verify_collective)
 from bert_core.config import ModelConfig
 from bert_core.engine import World, init_distributed, make_engine
+from bert_core.identity import CHECKPOINTS
 # The stage's status, its run-dir facts and its result live in a torch-free module (the flows ask a
 # skipped stage without importing torch); they are the training job's own, re-exported here.
 from bert_core.stage import (RUN_CONFIG, TrainResult, discard, input_identity, refuse_foreign,  # noqa: F401
@@ -132,7 +133,7 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path, resume: bool, shown: Op
         if changed:
             raise UserError(f"--resume: inputs changed since the run in {shown or run_dir} started: {', '.join(changed)} "
                             "(other content)")
-    elif saved.exists() or (run_dir / "checkpoints").exists():
+    elif saved.exists() or (run_dir / CHECKPOINTS).exists():
         raise UserError(f"output_dir: {run_dir} already holds a run: {_occupied(config, run_dir)}")
     else:
         refuse_foreign(run_dir)  # a fresh run never writes over a user's metrics.jsonl (or beside their files)
@@ -300,7 +301,7 @@ def _run(config: TrainConfig, resume: bool, remote: Optional[RemoteRun] = None) 
                            log_every=config.log_every, tensorboard=config.tensorboard,
                            peak=peak_flops(config.peak_tflops, config.precision))
     logger.tokens_seen = tokens_seen
-    files: dict[str, Any] = {"train_config.json": config.model_dump(mode="json"), "model_config.json": mc.model_dump(mode="json")}
+    files: dict[str, Any] = {RUN_CONFIG: config.model_dump(mode="json"), "model_config.json": mc.model_dump(mode="json")}
     if config.engine == "deepspeed":
         files["ds_config.json"] = ds_config(config, world.world_size)
     if plan.vocab is not None:

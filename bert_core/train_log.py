@@ -15,9 +15,9 @@ from tqdm import tqdm
 
 from bert_core.config import ModelConfig
 from bert_core.flops import PEAK_FLOPS, flops_per_token
+from bert_core.identity import METRICS_FILE
 from contracts.common import atomic_path
 
-METRICS_FILE = "metrics.jsonl"
 
 
 def peak_flops(explicit_tflops: Optional[float], precision: str) -> Optional[float]:

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from bert_core.checkpoint import CheckpointManager, is_complete, load_model_from_checkpoint, read_state, step_of
 from bert_core.engine import forward_loss
+from bert_core.identity import CHECKPOINTS
 from bert_core.loader import InstanceDataset
 from bert_core.losses import NO_SENTENCE_TASK
 from contracts.common import UserError, atomic_path
@@ -33,7 +34,7 @@ def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
-    if (path / "checkpoints").is_dir():
+    if (path / CHECKPOINTS).is_dir():
         found = CheckpointManager(path).all()
         if not found:
             raise UserError(f"{path}: run directory holds no complete checkpoint")

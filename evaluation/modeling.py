@@ -11,7 +11,8 @@ from typing import Optional
 
 import torch
 
-from bert_core.checkpoint import MARKER, STATE, is_hf_dir, load_model_from_checkpoint
+from bert_core.checkpoint import is_hf_dir, load_model_from_checkpoint
+from bert_core.identity import CHECKPOINTS, MARKER, STATE
 from bert_core.hf import load_hf
 from bert_core.runtime import device_for
 from contracts.common import UserError
@@ -20,7 +21,7 @@ from evaluation.config import EvalBase
 
 
 # What any bertflow checkpoint (even one cut short while saving) or run directory holds.
-CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", "checkpoints")
+CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
 
 
 def model_format(cfg: EvalBase) -> str:
