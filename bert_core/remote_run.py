@@ -20,23 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG
 from contracts.common import UserError, sha256_file
-from contracts.storage import Location, is_uri, location
+from contracts.storage import Location, is_uri, location, scratch_root
 
-SCRATCH_ENV = "BERTFLOW_SCRATCH"  # data_jobs.job_output.SCRATCH_ENV
 
 
 def scratch_mirror(uri: str) -> Path:
     """The node-local directory mirroring the run at ``uri``: the same path for every rank of a node."""
-    root = Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    root = scratch_root()
     digest = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
     return root / f"bertflow-run-{digest}"
 

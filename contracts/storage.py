@@ -35,6 +35,14 @@ from urllib.parse import urlparse
 from contracts.common import UserError, fsync_dir
 
 OBJECT_SCHEMES = ("s3", "gs", "az", "abfs", "memory")
+SCRATCH_ENV = "BERTFLOW_SCRATCH"  # node-local scratch for files on their way to or from an object store
+
+
+def scratch_root() -> Path:
+    """Node-local scratch: $BERTFLOW_SCRATCH, else the system's temporary directory (made if missing)."""
+    root = Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def is_uri(path: str | os.PathLike) -> bool:

@@ -14,7 +14,6 @@ Imports nothing of the project outside contracts.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from contracts.common import json_record, write_json_atomic
-from contracts.storage import is_uri, location
+from contracts.storage import is_uri, location, scratch_root
 
-SCRATCH_ENV = "BERTFLOW_SCRATCH"  # node-local scratch for files on their way to an object store
 
 
 @contextmanager
@@ -36,10 +34,7 @@ def staged(out: str) -> Iterator[Path]:
         Path(out).mkdir(parents=True, exist_ok=True)
         yield Path(out)
         return
-    root = os.environ.get(SCRATCH_ENV) or None
-    if root:
-        Path(root).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bertflow-stage-", dir=root))
+    work = Path(tempfile.mkdtemp(prefix="bertflow-stage-", dir=scratch_root()))
     try:
         yield work
     finally:
