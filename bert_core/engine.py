@@ -50,6 +50,7 @@ def init_distributed(config: TrainConfig) -> World:
         return world
     # DeepSpeed needs a process group even for one rank.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
+    warn_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
     for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(k, v)
     if "MASTER_PORT" not in os.environ:
@@ -64,6 +65,31 @@ def init_distributed(config: TrainConfig) -> World:
         torch.cuda.set_device(local_rank)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     return world
+
+
+STALE_LOCK_S = 600  # DeepSpeed's JIT builds take under a minute here (shm comm 20-30 s, fused Adam about 45 s)
+
+
+def warn_stale_build_locks(ext_dir: Path, now: float | None = None) -> list[Path]:
+    """Name every JIT-build lock in ``ext_dir`` older than STALE_LOCK_S. torch's build lock
+    (``<ext>/<op>/lock``) records no owner: a build killed mid-way leaves it, and every later run
+    waits on it forever without a word. A warning naming the file turns that silent hang into one
+    the user can end. Returns the stale locks."""
+    import sys
+    import time
+
+    now = time.time() if now is None else now
+    stale = []
+    for lock in sorted(ext_dir.glob("*/lock")) if ext_dir.is_dir() else []:
+        try:
+            age = now - lock.stat().st_mtime
+        except OSError:  # the build that held it just finished
+            continue
+        if age > STALE_LOCK_S:
+            stale.append(lock)
+            print(f"bertflow: warning: {lock} is {age / 60:.0f} min old: a DeepSpeed op build killed mid-way "
+                  "leaves it and this run waits on it forever; delete it if no build is running", file=sys.stderr)
+    return stale
 
 
 def batch_to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

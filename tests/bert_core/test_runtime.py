@@ -47,3 +47,23 @@ def test_one_hf_directory_test_for_training_checkpoints_and_evaluation(tmp_path)
     assert [is_hf_dir(p) for p in (hf, run, ckpt)] == [True, False, False]
     fmt = [model_format(IntrinsicConfig(model_path=str(p), output_dir="o", instances_dir="i")) for p in (hf, run, ckpt)]
     assert fmt == ["hf", "checkpoint", "checkpoint"]
+
+
+def test_stale_deepspeed_build_lock_is_named(tmp_path, capsys):
+    """A JIT-build lock left by a killed build hangs every later DeepSpeed run silently (torch's lock
+    records no owner): the engine names a lock older than STALE_LOCK_S before it starts; a fresh one
+    (a build in progress) and a missing folder are left unmentioned."""
+    import os
+
+    from bert_core.engine import STALE_LOCK_S, warn_stale_build_locks
+
+    assert warn_stale_build_locks(tmp_path / "absent") == []
+    old, fresh = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "cpu_adam" / "lock"
+    for lock in (old, fresh):
+        lock.parent.mkdir()
+        lock.touch()
+    now = fresh.stat().st_mtime + 1
+    os.utime(old, (now - STALE_LOCK_S - 60, now - STALE_LOCK_S - 60))
+    assert warn_stale_build_locks(tmp_path, now=now) == [old]
+    err = capsys.readouterr().err
+    assert str(old) in err and str(fresh) not in err and err.count("\n") == 1
