@@ -188,11 +188,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML mapping, with one-line errors for a missing file or bad YAML."""
     import yaml  # here: a CLI given only flags does not pay its import
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: config file not found")
+    p = str(path) if "://" in str(path) else Path(path)
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_strict_loader())
+        data = yaml.load(_config_bytes(p).decode("utf-8"), Loader=_strict_loader())
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         mark = getattr(err, "problem_mark", None)
@@ -205,6 +203,21 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{p}: expected a mapping of config keys at the top level")
     return data
+
+
+def _config_bytes(path: str | Path) -> bytes:
+    """A config file's bytes: a local path, or an object-store URI (a Ray job's config on a cluster
+    with no shared file system)."""
+    if isinstance(path, Path):
+        if not path.is_file():
+            raise UserError(f"{path}: config file not found")
+        return path.read_bytes()
+    from contracts.storage import location
+
+    try:
+        return location(path).read("")
+    except (FileNotFoundError, IsADirectoryError):
+        raise UserError(f"{path}: config file not found") from None
 
 
 def load_config(model: type[M], path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> M:

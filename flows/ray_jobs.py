@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import yaml
 
 from contracts.common import UserError, atomic_path
+from contracts.storage import is_uri, location
 from flows.upload import DEFAULT_LIMIT_MB, check_runtime_env
 
 ACTIVE = {"PENDING", "RUNNING"}
@@ -78,21 +79,36 @@ def _job_status(client, sid: str) -> Optional[str]:
         raise
 
 
-def write_job_config(config, path: Path) -> Path:
-    """The stage config as YAML for the job's ``--config``; it joins the cluster it runs on."""
+def write_job_config(config, path: str | Path) -> str | Path:
+    """The stage config as YAML for the job's ``--config``; it joins the cluster it runs on. ``path``
+    may be an object-store URI: the job, on whichever node, reads its config from there."""
     data = config.model_dump(mode="json")
     if "ray_address" in data:
         data["ray_address"] = "auto"  # excluded from the config hash: the manifest still matches
+    text = yaml.safe_dump(data, sort_keys=True)
+    if is_uri(path):
+        location(str(path)).write("", text.encode("utf-8"))
+        return path
     with atomic_path(path) as tmp:
-        tmp.write_text(yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return path
+
+
+def job_config_path(output: str) -> str:
+    """Where a data job's submitted config lies: ``.<name>.job.yaml`` beside its output, on the same
+    storage (an object-store output gets an object-store config; no shared file system needed)."""
+    if is_uri(output):
+        parent, _, name = output.rstrip("/").rpartition("/")
+        return f"{parent}/.{name}.job.yaml"
+    out = Path(output)
+    return str(out.parent / f".{out.name}.job.yaml")
 
 
 def submit_or_attach(
     address: str,
     job: str,
     config,
-    config_file: Path,
+    config_file: str | Path,
     python: str = "python",
     log: Callable[[str], None] | None = None,
     poll_s: float = 1.0,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from contracts.common import Status, stable_hash
@@ -45,10 +44,9 @@ class DataStage:
     def run(self, state: Status, log: Log) -> Any:
         if not self.ray_job_address:
             return self._module().run(self.config)
-        from flows.ray_jobs import submit_or_attach
+        from flows.ray_jobs import job_config_path, submit_or_attach
 
-        out = Path(self.out)
-        cfg_file = out.parent / f".{out.name}.job.yaml"
+        cfg_file = job_config_path(self.out)
         outcome = submit_or_attach(self.ray_job_address, self.job, self.config, cfg_file, python=self.job_python, log=log)
         log(f"ray job {outcome.submission_id} {outcome.status} ({outcome.log_lines} log lines)")
         return self.result()

@@ -260,3 +260,24 @@ def test_shard_inputs_from_an_s3_prefix_or_glob_give_the_local_shards(tmp_path, 
     assert sum(both.totals["files_skipped"].values()) == 1
     with pytest.raises(UserError, match="no objects match this pattern"):
         shard_job.run(ShardConfig(inputs=[s3_env + "/raw/*.gz"], output_dir=str(tmp_path / "x"), **base))
+
+
+def test_a_submitted_jobs_config_lies_beside_its_s3_output(inputs, s3_env, capsys):
+    """A Ray Job's node may share no file system with the flow that submits it: for an ``s3://`` output,
+    the stage writes the job's ``--config`` beside the output on the same store, and the job's CLI
+    reads it from there (flows.stages.DataStage -> flows.ray_jobs.submit_or_attach -> the job)."""
+    from flows.ray_jobs import job_config_path, write_job_config
+
+    uri = s3_env + "/runs/inst-job"
+    cfg_uri = job_config_path(uri + "/")
+    assert cfg_uri == s3_env + "/runs/.inst-job.job.yaml"
+    assert job_config_path(str(inputs / "inst")) == str(inputs / ".inst.job.yaml")
+    write_job_config(_inst(inputs, uri, num_workers=1), cfg_uri)
+    assert main(["--config", cfg_uri]) == 0
+    made = Manifest.read(uri)
+    assert made.config["output_dir"] == uri and sum(f.rows for f in made.files) > 0
+    assert status(_inst(inputs, uri, num_workers=1)).state == "done"  # the same config, read back
+    capsys.readouterr()
+    assert main(["--config", s3_env + "/runs/.nothing.job.yaml"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"bertflow: error: {s3_env}/runs/.nothing.job.yaml: config file not found"]
