@@ -369,12 +369,25 @@ class ObjectLocation(Location):
 
 def _open_store(uri: str):
     """(store at the bucket root, the URI's prefix): configuration from the standard AWS_* / GOOGLE_* /
-    AZURE_* variables; ``AWS_ENDPOINT_URL`` names an S3-compatible store, plain http allowed for it."""
+    AZURE_* variables; ``AWS_ENDPOINT_URL`` names an S3-compatible store, plain http allowed for it.
+    ``BERTFLOW_STORE_RETRY_S`` bounds how long a failing request is retried (obstore's default: 3 min)
+    before the job stops with one line naming the object."""
     from obstore.store import from_url
 
     u = urlparse(uri)
     client = {"allow_http": True} if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://") else None
     kwargs = {}
+    retry_s = os.environ.get("BERTFLOW_STORE_RETRY_S")
+    if retry_s:
+        from datetime import timedelta
+
+        try:
+            seconds = float(retry_s)
+            if not 0 < seconds < 86400:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"BERTFLOW_STORE_RETRY_S={retry_s!r}: expected seconds between 0 and 86400") from None
+        kwargs["retry_config"] = {"retry_timeout": timedelta(seconds=seconds)}
     if u.scheme == "s3":
         kwargs["credential_provider"] = _s3_credentials(uri)
     try:

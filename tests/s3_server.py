@@ -53,7 +53,8 @@ class S3Server:
         os.killpg(self.proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGCONT)
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
     def client(self):
         import boto3
