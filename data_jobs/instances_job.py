@@ -35,7 +35,7 @@ import numpy as np
 
 from contracts.common import NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash
 from data_jobs.config import InstancesConfig
-from data_jobs.job_output import publish, staged, write_json
+from data_jobs.job_output import fetched, join, publish, staged, write_json
 from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from contracts.stage import StageDir, Storage, store_for
@@ -82,20 +82,23 @@ def _cached_tokenizer(vocab_file: str, lowercase: bool, mtime_ns: int, size: int
 
 
 def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, seed: int,
-                    max_seq_length: int, vocab_file: str, lowercase: bool):
-    """This shard's contribution to the random-next pool: a seeded sample of its documents."""
+                    max_seq_length: int, vocab_file: str, lowercase: bool, shard_expect=None, vocab_expect=None):
+    """This shard's contribution to the random-next pool: a seeded sample of its documents. A path may
+    be an object-store URI, fetched and checked against its ``*_expect`` (bytes, sha256)."""
     from data_jobs.instances import derive_seed, pool_sample
 
     rng = random.Random(derive_seed(seed, "pool", shard))
     rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
-    docs = read_documents(shard_path, rows)
-    tok = _tokenizer(vocab_file, lowercase)
+    with fetched(shard_path, shard_expect) as local:
+        docs = read_documents(str(local), rows)
+    with fetched(vocab_file, vocab_expect) as local:
+        tok = _tokenizer(str(local), lowercase)
     region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
     return pool_sample(tok, docs, [(shard << 32) | r for r in rows], region_chars, max_seq_length, rng)
 
 
 def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict, out_dir: str,
-                  key: dict) -> dict:
+                  key: dict, expect: dict | None = None) -> dict:
     """Make and write all instances of one shard; returns its done record (also written to disk)."""
     import resource
 
@@ -103,13 +106,16 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
 
     cpu0 = time.process_time()
     cfg = InstancesConfig.model_validate(cfg_json)
-    sentences, per_doc = read_flat(shard_path)
-    tok = _tokenizer(vocab["vocab_file"], vocab["lowercase"])
+    with fetched(shard_path, (expect or {}).get(shard_path)) as local:
+        sentences, per_doc = read_flat(str(local))
+    with fetched(vocab["vocab_file"], vocab["expect"]) as local:
+        tok = _tokenizer(str(local), vocab["lowercase"])
+        words = read_vocab(local) if cfg.whole_word_masking else None
     td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
     del sentences
     is_cont = None
     if cfg.whole_word_masking:
-        is_cont = np.array([t.startswith("##") for t in read_vocab(vocab["vocab_file"])])
+        is_cont = np.array([t.startswith("##") for t in words])
     ctx = ShardContext(
         td, pool, PairParams(cfg.max_seq_length, cfg.short_seq_prob, cfg.sentence_task), cfg.masked_lm_prob,
         cfg.max_predictions_per_seq, vocab["vocab_size"], vocab["cls_id"], vocab["sep_id"], vocab["mask_id"],
@@ -183,11 +189,12 @@ def _select_split(files: list[FileEntry], cfg: InstancesConfig) -> list[FileEntr
 
 
 def _load_shards(shards_dir: str) -> tuple[Manifest, list[FileEntry], str]:
-    d = Path(shards_dir)
+    d = shards_dir if is_uri(shards_dir) else Path(shards_dir)
     m = Manifest.read(d, kind="documents")
     from data_jobs.inspect import row_problems
 
-    problems = m.verify_files(d, deep=False) or row_problems(d, m)
+    # On an object store: sizes from one listing here, each worker checks its shard's checksum.
+    problems = m.verify_files(d, deep=False) or ([] if is_uri(shards_dir) else row_problems(d, m))
     if problems:
         raise UserError(problems[0])
     files = sorted(m.files, key=lambda f: f.name)
@@ -330,7 +337,7 @@ def _run_locked(cfg: InstancesConfig, stage: StageDir, shard_files: list[FileEnt
         Path(out).mkdir(parents=True, exist_ok=True)
         for stale in Path(out).glob(".tmp-part-*"):  # left by a killed worker; never valid
             stale.unlink()
-    shard_paths = [str(Path(cfg.shards_dir) / f.name) for f in shard_files]
+    shard_paths = [join(cfg.shards_dir, f.name) for f in shard_files]
     records: dict[int, dict] = {}
     for s in range(len(shard_paths)):
         rec = _reusable(store, s, key, sizes)
@@ -342,7 +349,7 @@ def _run_locked(cfg: InstancesConfig, stage: StageDir, shard_files: list[FileEnt
     if todo:
         # A work record first: part files of a run killed before its done-records stay ours to redo.
         store.write_json(WORK_RECORD, {"shards": todo})
-        records.update(_run_shards(cfg, vocab, shard_paths, [f.rows for f in shard_files], todo, key, out))
+        records.update(_run_shards(cfg, vocab, shard_paths, shard_files, todo, key, out))
     _remove_orphans(store, records, owned)
     manifest = _write_manifest(cfg, vocab, records, input_hash, len(shard_paths), store)
     store.delete(WORK_RECORD)
@@ -391,20 +398,21 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
     return manifest
 
 
-def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_rows, todo, key, out: str) -> dict[int, dict]:
+def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_files, todo, key, out: str) -> dict[int, dict]:
     """The two fan-outs (pool, then instances) on the configured engine (data_jobs.fanout)."""
     from data_jobs.fanout import Workers
     from data_jobs.instances import concat_docs
 
     vocab_d = {"vocab_file": str(vocab.vocab_file), "lowercase": vocab.lowercase, "vocab_size": vocab.vocab_size,
-               "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id}
-    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=out, key=key)
+               "cls_id": vocab.cls_id, "sep_id": vocab.sep_id, "mask_id": vocab.mask_id, "expect": vocab.vocab_expect}
+    expect = {p: (f.bytes, f.sha256) for p, f in zip(shard_paths, shard_files)} if is_uri(cfg.shards_dir) else None
+    shared = dict(cfg_json=cfg.model_dump(mode="json"), vocab=vocab_d, out_dir=out, key=key, expect=expect)
     with Workers(cfg.num_workers, engine=cfg.engine, ray_address=cfg.ray_address, preload=WORKER_MODULES) as w:
         pool = None
         if cfg.sentence_task == "nsp":
             per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
-            calls = [(p, s, shard_rows[s], per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
-                      vocab.lowercase) for s, p in enumerate(shard_paths)]
+            calls = [(p, s, shard_files[s].rows, per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
+                      vocab.lowercase, (expect or {}).get(p), vocab.vocab_expect) for s, p in enumerate(shard_paths)]
             pool = concat_docs(w.map(build_pool_part, calls, desc="random-next pool", where="instances worker",
                                      unit="shard"))
             if not pool.num_docs:

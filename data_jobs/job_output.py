@@ -84,3 +84,21 @@ def local_copy(dataset: str, names: Iterable[tuple[str, int, str]]) -> Iterator[
             if (work / name).stat().st_size != size or sha256_file(work / name) != digest:
                 raise UserError(f"{join(dataset, name)}: changed since its manifest was written (size or checksum)")
         yield work
+
+
+@contextmanager
+def fetched(path: str, expect: tuple[int, str] | None = None) -> Iterator[Path]:
+    """One input file as a local path: ``path`` itself where it is local; else a node-local scratch
+    copy of the object, checked against ``expect`` = (bytes, sha256) from its dataset's manifest (a
+    worker on any node fetches what it reads; a changed object is refused in one line), removed
+    afterwards."""
+    if not is_uri(path):
+        yield Path(path)
+        return
+    from contracts.common import UserError
+
+    if expect is None:
+        raise UserError(f"{path}: an object read by a worker needs its manifest's size and checksum")
+    parent, _, name = path.rstrip("/").rpartition("/")
+    with local_copy(parent, [(name, *expect)]) as work:
+        yield work / name

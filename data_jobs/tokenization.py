@@ -103,6 +103,7 @@ class VocabInfo:
     mask_id: int
     pad_id: int
     unk_id: int
+    vocab_expect: tuple | None = None  # (bytes, sha256) where vocab_file is an object-store URI
 
     def tokenizer(self, with_post_processor: bool = False):
         return wordpiece_tokenizer(self.vocab_file, self.lowercase, with_post_processor)
@@ -131,9 +132,33 @@ def vocab_info(vocab_file: str | Path, lowercase: bool) -> VocabInfo:
 
 def load_vocab_dir(vocab_dir: str | Path) -> VocabInfo:
     """Read a vocab dataset directory (``vocab.txt`` + manifest of kind "vocab"), checking its hash."""
+    from contracts.storage import is_uri
+
+    if is_uri(vocab_dir):
+        return _load_remote_vocab(str(vocab_dir).rstrip("/"))
     d = Path(vocab_dir)
     manifest = Manifest.read(d, kind="vocab")
     info = vocab_info(d / VOCAB_FILE, bool(manifest.config.get("lowercase", True)))
     if manifest.vocab_hash and manifest.vocab_hash != info.vocab_hash:
         raise UserError(f"{d / VOCAB_FILE}: vocab changed since its manifest was written (hash mismatch)")
     return info
+
+
+def _load_remote_vocab(uri: str) -> VocabInfo:
+    """A vocab dataset on an object store: ``vocab.txt`` fetched, checked against its manifest (size,
+    checksum, vocab hash); the VocabInfo names the object (``vocab_file`` = its URI, ``vocab_expect``
+    what a worker checks its own copy against)."""
+    import dataclasses
+
+    from data_jobs.job_output import fetched
+
+    manifest = Manifest.read(uri, kind="vocab")
+    entry = next((f for f in manifest.files if f.name == VOCAB_FILE), None)
+    if entry is None:
+        raise UserError(f"{uri}: its manifest lists no {VOCAB_FILE}")
+    expect = (entry.bytes, entry.sha256)
+    with fetched(f"{uri}/{VOCAB_FILE}", expect) as local:
+        info = vocab_info(local, bool(manifest.config.get("lowercase", True)))
+    if manifest.vocab_hash and manifest.vocab_hash != info.vocab_hash:
+        raise UserError(f"{uri}/{VOCAB_FILE}: vocab changed since its manifest was written (hash mismatch)")
+    return dataclasses.replace(info, vocab_file=f"{uri}/{VOCAB_FILE}", vocab_expect=expect)  # type: ignore[arg-type]
