@@ -30,9 +30,12 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
     """Write the (latest) checkpoint's model as an HF directory; returns ``out_dir``. Under the
     directory's one-writer lock (re-entrant), and refused when the directory holds files no export
     wrote: the export replaces the whole directory, and never deletes a file it does not own."""
+    from bert_core.remote_run import local_checkpoint
+
     with output_lock(out_dir):
         _refuse_foreign(Path(out_dir))
-        return _write_export(checkpoint_or_run_dir, out_dir)
+        with local_checkpoint(checkpoint_or_run_dir) as source:  # an s3:// run or checkpoint: a verified copy
+            return _write_export(source, out_dir)
 
 
 HF_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")  # bert_core.hf.save_hf
@@ -93,7 +96,8 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path) -> Path:
 
 def _export_cli(argv: Sequence[str] | None) -> int:
     p = ArgParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
-    p.add_argument("--checkpoint", required=True, help="run directory (latest checkpoint) or one checkpoint directory")
+    p.add_argument("--checkpoint", required=True,
+                   help="run directory (latest checkpoint) or one checkpoint directory; either may be an s3:// URI")
     p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
     args = p.parse_args(argv)
     with output_lock(args.out):  # one writer per output directory

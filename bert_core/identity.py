@@ -42,6 +42,12 @@ def identity(path: Optional[str | Path]) -> Optional[str]:
     """Content identity of ``path`` (None for no path, "missing" for a path that does not exist)."""
     if path is None:
         return None
+    from contracts.storage import is_uri
+
+    if is_uri(path):  # a checkpoint or run on an object store (bert_core.remote_run)
+        from bert_core.remote_run import remote_identity
+
+        return remote_identity(str(path))
     p = Path(path)
     if not p.exists():
         return "missing"

@@ -22,8 +22,10 @@ import hashlib
 import json
 import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG
 from contracts.common import UserError, sha256_file
@@ -210,3 +212,66 @@ def last_remote_checkpoint(uri: str) -> Optional[str]:
     run = RemoteRun(uri)
     done = run.complete()
     return f"{run.uri}/{CHECKPOINTS}/step_{done[-1]:08d}" if done else None
+
+
+# ---------------------------------------------------------------- reading a finished checkpoint
+
+def checkpoint_uri(uri: str) -> Optional[str]:
+    """The checkpoint an export (or evaluation) takes from an object-store URI: the URI itself where it
+    holds a COMPLETE marker, else the latest complete checkpoint of the run there; None if none."""
+    uri = uri.rstrip("/")
+    return uri if location(uri).exists(MARKER) else last_remote_checkpoint(uri)
+
+
+def _marker_files(ckpt: str) -> dict[str, Any]:
+    try:
+        files = json.loads(location(ckpt).read(MARKER)).get("files")
+    except (ValueError, AttributeError, RecursionError) as err:
+        raise UserError(f"{ckpt}/{MARKER}: corrupt checkpoint marker: {err}") from None
+    if not isinstance(files, dict) or not files:
+        raise UserError(f"{ckpt}/{MARKER}: corrupt checkpoint marker: names no files")
+    return files
+
+
+def remote_identity(uri: str) -> str:
+    """bert_core.identity's content identity of the checkpoint at (or latest under) ``uri``, from its
+    marker alone: the same value as for a local copy of it, so an export made from one is recognised
+    from the other."""
+    from contracts.common import stable_hash
+
+    ckpt = checkpoint_uri(uri)
+    if ckpt is None:
+        return "missing"
+    return stable_hash(["checkpoint", ckpt.rpartition("/")[2], _marker_files(ckpt)])
+
+
+@contextmanager
+def local_checkpoint(path: str | Path) -> Iterator[Path]:
+    """A local checkpoint directory for ``path``: ``path`` itself where it is local; else the checkpoint
+    at (or latest under) the URI, copied to node-local scratch (the files its marker names, each checked
+    against its size and SHA-256, the marker last) and removed afterwards."""
+    if not is_uri(path):
+        yield Path(path)
+        return
+    ckpt = checkpoint_uri(str(path))
+    if ckpt is None:
+        raise UserError(f"{str(path).rstrip('/')}: holds no complete checkpoint (no {MARKER} marker)")
+    files, loc = _marker_files(ckpt), location(ckpt)
+    work = Path(tempfile.mkdtemp(prefix="bertflow-ckpt-", dir=scratch_root()))
+    try:
+        dest = work / ckpt.rpartition("/")[2]
+        for rel, meta in sorted(files.items()):
+            if not _safe(rel) or rel == MARKER:
+                continue
+            try:
+                loc.download(rel, dest / rel)
+            except FileNotFoundError:
+                raise UserError(f"{ckpt}/{rel}: missing (named by the checkpoint's {MARKER})") from None
+            want = (meta.get("bytes"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
+            if ((dest / rel).stat().st_size, sha256_file(dest / rel)) != want:
+                raise UserError(f"{ckpt}/{rel}: changed since the checkpoint's {MARKER} was written "
+                                "(size or checksum)")
+        loc.download(MARKER, dest / MARKER)
+        yield dest
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

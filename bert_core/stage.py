@@ -150,6 +150,10 @@ def export_stage(out_dir: str | Path) -> StageDir:
 
 def export_source(checkpoint_or_run_dir: str | Path) -> Optional[Path]:
     """The checkpoint an export is made from: the run's latest, or the checkpoint given."""
+    from contracts.storage import is_uri
+
+    if is_uri(checkpoint_or_run_dir):  # identity() resolves a run's latest checkpoint on the store
+        return checkpoint_or_run_dir  # type: ignore[return-value]
     src = Path(checkpoint_or_run_dir)
     return latest_checkpoint(src) if (src / CHECKPOINTS).is_dir() else src
 

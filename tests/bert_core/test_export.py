@@ -95,3 +95,38 @@ def test_import_real_weights_then_export_round_trip(tmp_path, capsys):
     # importing into a dir that already holds checkpoints overwrites nothing
     assert main_import(["--hf-dir", str(MINILM), "--out", str(tmp_path / "run")]) == 2
     assert "already holds checkpoints" in capsys.readouterr().err
+
+
+def test_export_from_a_run_on_s3_is_the_export_of_the_local_run(run_dir, s3_env, tmp_path, capsys, monkeypatch):
+    """A run on an object store (as bert_core.remote_run leaves it: checkpoints under markers) exports
+    from its URI exactly as from a local copy: its latest checkpoint fetched to scratch and checked, the
+    same files, and an export made from either source recognised as done from the other."""
+    from bert_core.stage import export_status
+    from contracts.storage import location
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("BERTFLOW_SCRATCH", str(scratch))
+    uri = s3_env + "/runs/exported"
+    loc = location(uri)
+    for f in sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        loc.upload(f.relative_to(run_dir).as_posix(), f)
+    local = export_checkpoint(run_dir, tmp_path / "from-local")
+    assert main_export(["--checkpoint", uri, "--out", str(tmp_path / "from-s3")]) == 0
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        assert (tmp_path / "from-s3" / name).read_bytes() == (local / name).read_bytes(), name
+    assert export_status(uri, tmp_path / "from-local").done and export_status(run_dir, tmp_path / "from-s3").done
+    assert not list(scratch.iterdir())  # the fetched copy is gone
+    # a checkpoint URI, too; a damaged object is refused in one line; a prefix with no checkpoint as well
+    ckpt = f"{uri}/checkpoints/step_00000003"
+    assert main_export(["--checkpoint", ckpt, "--out", str(tmp_path / "from-ckpt")]) == 0
+    weights = next(m.name for m in location(ckpt).list() if m.name.startswith("model"))
+    location(ckpt).write(weights, b"x" * location(ckpt).head(weights).size)
+    capsys.readouterr()
+    assert main_export(["--checkpoint", uri, "--out", str(tmp_path / "damaged")]) == 2
+    assert main_export(["--checkpoint", s3_env + "/runs/none", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertflow: error: {ckpt}/{weights}: changed since the checkpoint's COMPLETE was written "
+                   "(size or checksum)",
+                   f"bertflow: error: {s3_env}/runs/none: holds no complete checkpoint (no COMPLETE marker)"]
+    assert not (tmp_path / "damaged" / "model.safetensors").exists()
