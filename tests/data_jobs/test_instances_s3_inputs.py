@@ -7,37 +7,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from contracts.schema import MANIFEST_NAME, Manifest
 from contracts.storage import location
 from data_jobs.config import InstancesConfig
 from data_jobs.instances_job import main, run, status
 from data_jobs.tokenization import load_vocab_dir
-
-
-@pytest.fixture(scope="module")
-def local_inputs(tmp_path_factory):
-    """Three document shards and a vocab, made by the jobs on local disk."""
-    from test_jobs_s3 import _documents  # the same tiny corpus as the other object-store tests
-
-    from data_jobs import vocab_job
-    from data_jobs.config import VocabConfig
-    from instances_helpers import write_documents, write_tiny_vocab
-    from test_jobs_s3 import WORDS
-
-    root = tmp_path_factory.mktemp("inst_s3_in")
-    write_documents(root / "shards", _documents(), num_shards=3)
-    vocab_job.run(VocabConfig(output_dir=str(root / "vocab"),
-                              vocab_file=str(write_tiny_vocab(root / "words.txt", WORDS + ["."]))))
-    return root
-
-
-def _upload(local_dir, uri: str) -> str:
-    loc = location(uri)
-    for p in sorted(local_dir.iterdir()):
-        loc.upload(p.name, p)
-    return uri
+from test_jobs_s3 import inputs  # noqa: F401 - a fixture: the same tiny corpus and vocab
+from test_jobs_s3 import _upload_dir as _upload
 
 
 def _cfg(shards: str, vocab: str, out: str, **kw) -> InstancesConfig:
@@ -51,15 +27,15 @@ def _parts(where) -> dict[str, bytes]:
     return {m.name: loc.read(m.name) for m in loc.list() if m.name.endswith(".parquet")}
 
 
-def test_inputs_on_s3_give_the_bytes_of_local_inputs(local_inputs, s3_env, tmp_path, monkeypatch):
+def test_inputs_on_s3_give_the_bytes_of_local_inputs(inputs, s3_env, tmp_path, monkeypatch):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("BERTFLOW_SCRATCH", str(scratch))
-    shards = _upload(local_inputs / "shards", s3_env + "/docs")
-    vocab = _upload(local_inputs / "vocab", s3_env + "/vocab")
+    shards = _upload(inputs / "shards", s3_env + "/docs")
+    vocab = _upload(inputs / "vocab", s3_env + "/vocab")
     info = load_vocab_dir(vocab)
-    assert info.vocab_file == vocab + "/vocab.txt" and info.vocab_hash == load_vocab_dir(local_inputs / "vocab").vocab_hash
-    here = run(_cfg(str(local_inputs / "shards"), str(local_inputs / "vocab"), str(tmp_path / "here"), num_workers=1))
+    assert info.vocab_file == vocab + "/vocab.txt" and info.vocab_hash == load_vocab_dir(inputs / "vocab").vocab_hash
+    here = run(_cfg(str(inputs / "shards"), str(inputs / "vocab"), str(tmp_path / "here"), num_workers=1))
     kw = dict(num_workers=2)
     local_out = run(_cfg(shards, vocab, str(tmp_path / "from-s3"), **kw))
     remote_out = run(_cfg(shards, vocab, s3_env + "/inst", **kw))
@@ -71,16 +47,16 @@ def test_inputs_on_s3_give_the_bytes_of_local_inputs(local_inputs, s3_env, tmp_p
     assert not list(scratch.iterdir())  # every fetched copy removed
 
 
-def test_ray_workers_fetch_the_shards_they_read(local_inputs, s3_env, tmp_path):
+def test_ray_workers_fetch_the_shards_they_read(inputs, s3_env, tmp_path):
     """The CLI on a local Ray cluster it starts itself (its workers inherit the AWS_* variables and
     $BERTFLOW_SCRATCH): inputs and output on the store, the part files those of local inputs."""
     import os
     import subprocess
     import sys
 
-    shards = _upload(local_inputs / "shards", s3_env + "/docs")
-    vocab = _upload(local_inputs / "vocab", s3_env + "/vocab")
-    run(_cfg(str(local_inputs / "shards"), str(local_inputs / "vocab"), str(tmp_path / "here"), num_workers=1))
+    shards = _upload(inputs / "shards", s3_env + "/docs")
+    vocab = _upload(inputs / "vocab", s3_env + "/vocab")
+    run(_cfg(str(inputs / "shards"), str(inputs / "vocab"), str(tmp_path / "here"), num_workers=1))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     flags = ["--shards-dir", shards, "--vocab-dir", vocab, "--output-dir", s3_env + "/ray", "--max-seq-length", "32",
@@ -95,9 +71,9 @@ def test_ray_workers_fetch_the_shards_they_read(local_inputs, s3_env, tmp_path):
     assert not list(scratch.iterdir())
 
 
-def test_a_changed_shard_object_is_refused_in_one_line(local_inputs, s3_env, tmp_path, capsys):
-    shards = _upload(local_inputs / "shards", s3_env + "/docs")
-    vocab = _upload(local_inputs / "vocab", s3_env + "/vocab")
+def test_a_changed_shard_object_is_refused_in_one_line(inputs, s3_env, tmp_path, capsys):
+    shards = _upload(inputs / "shards", s3_env + "/docs")
+    vocab = _upload(inputs / "vocab", s3_env + "/vocab")
     manifest = json.loads(location(shards).read(MANIFEST_NAME))
     victim = manifest["files"][1]
     original = location(shards).read(victim["name"])

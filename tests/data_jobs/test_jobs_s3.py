@@ -140,10 +140,11 @@ def test_someone_elses_prefix_is_refused_and_untouched(inputs, s3_env, capsys):
     assert [(m.name, m.etag) for m in loc.list()] == before
 
 
-def _upload_dir(local_dir, uri: str) -> None:
+def _upload_dir(local_dir, uri: str) -> str:
     loc = location(uri)
     for p in sorted(local_dir.iterdir()):
         loc.upload(p.name, p)
+    return uri
 
 
 def test_vocab_from_shards_on_s3_to_s3_is_the_vocab_of_a_local_run(inputs, s3_env):
