@@ -44,9 +44,15 @@ def identity(path: Optional[str | Path]) -> Optional[str]:
         return None
     from contracts.storage import is_uri
 
-    if is_uri(path):  # a checkpoint or run on an object store (bert_core.remote_run)
+    if is_uri(path):  # a dataset (its manifest), or a checkpoint or run (bert_core.remote_run), on a store
         from bert_core.remote_run import remote_identity
+        from contracts.storage import location
 
+        if location(str(path)).exists(MANIFEST_NAME):
+            try:
+                return Manifest.read(str(path)).identity()
+            except Exception:  # noqa: BLE001 - a corrupt manifest is simply another content
+                return stable_hash(["corrupt-manifest", location(str(path)).read(MANIFEST_NAME).hex()])
         return remote_identity(str(path))
     p = Path(path)
     if not p.exists():

@@ -245,6 +245,31 @@ def remote_identity(uri: str) -> str:
     return stable_hash(["checkpoint", ckpt.rpartition("/")[2], _marker_files(ckpt)])
 
 
+def _fetch_checkpoint(ckpt: str, dest: Path) -> None:
+    """Download the checkpoint at URI ``ckpt`` into ``dest``: the files its marker names, each checked
+    against its size and SHA-256, the marker last."""
+    files, loc = _marker_files(ckpt), location(ckpt)
+    for rel, meta in sorted(files.items()):
+        if not _safe(rel) or rel == MARKER:
+            continue
+        try:
+            loc.download(rel, dest / rel)
+        except FileNotFoundError:
+            raise UserError(f"{ckpt}/{rel}: missing (named by the checkpoint's {MARKER})") from None
+        want = (meta.get("bytes"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
+        if ((dest / rel).stat().st_size, sha256_file(dest / rel)) != want:
+            raise UserError(f"{ckpt}/{rel}: changed since the checkpoint's {MARKER} was written "
+                            "(size or checksum)")
+    loc.download(MARKER, dest / MARKER)
+
+
+def _checkpoint_of(path: str | Path) -> str:
+    ckpt = checkpoint_uri(str(path))
+    if ckpt is None:
+        raise UserError(f"{str(path).rstrip('/')}: holds no complete checkpoint (no {MARKER} marker)")
+    return ckpt
+
+
 @contextmanager
 def local_checkpoint(path: str | Path) -> Iterator[Path]:
     """A local checkpoint directory for ``path``: ``path`` itself where it is local; else the checkpoint
@@ -253,25 +278,79 @@ def local_checkpoint(path: str | Path) -> Iterator[Path]:
     if not is_uri(path):
         yield Path(path)
         return
-    ckpt = checkpoint_uri(str(path))
-    if ckpt is None:
-        raise UserError(f"{str(path).rstrip('/')}: holds no complete checkpoint (no {MARKER} marker)")
-    files, loc = _marker_files(ckpt), location(ckpt)
+    ckpt = _checkpoint_of(path)
     work = Path(tempfile.mkdtemp(prefix="bertflow-ckpt-", dir=scratch_root()))
     try:
         dest = work / ckpt.rpartition("/")[2]
-        for rel, meta in sorted(files.items()):
-            if not _safe(rel) or rel == MARKER:
-                continue
-            try:
-                loc.download(rel, dest / rel)
-            except FileNotFoundError:
-                raise UserError(f"{ckpt}/{rel}: missing (named by the checkpoint's {MARKER})") from None
-            want = (meta.get("bytes"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
-            if ((dest / rel).stat().st_size, sha256_file(dest / rel)) != want:
-                raise UserError(f"{ckpt}/{rel}: changed since the checkpoint's {MARKER} was written "
-                                "(size or checksum)")
-        loc.download(MARKER, dest / MARKER)
+        _fetch_checkpoint(ckpt, dest)
         yield dest
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def remote_checkpoints(uri: str) -> list[tuple[int, str]]:
+    """(step, URI) of every complete checkpoint at ``uri`` (a run prefix), oldest first; the checkpoint
+    itself where ``uri`` is one."""
+    uri = uri.rstrip("/")
+    loc = location(uri)
+    if loc.exists(MARKER):
+        try:
+            step = json.loads(loc.read(MARKER)).get("step")
+        except (ValueError, AttributeError, RecursionError) as err:
+            raise UserError(f"{uri}/{MARKER}: corrupt checkpoint marker: {err}") from None
+        if type(step) is not int:
+            step = _step(uri.rpartition("/")[2]) or 0
+        return [(step, uri)]
+    return [(s, f"{uri}/{CHECKPOINTS}/step_{s:08d}") for s in RemoteRun(uri).complete()]
+
+
+# Node-local copies of checkpoints read by evaluation jobs, kept for the node's other jobs of the same
+# model: at most this many, the least recently used removed first (never one used in the last hour).
+MODEL_CACHE_KEEP = 3
+_CACHE_PREFIX = "bertflow-model-"
+
+
+def cached_checkpoint(path: str | Path) -> Path:
+    """A local checkpoint directory for ``path``: ``path`` itself where it is local; else a node-local
+    copy of the checkpoint at (or latest under) the URI, named by its content identity and shared by
+    every job of this node that reads it. Fetched into a temporary directory (each file checked against
+    the marker's size and SHA-256) and renamed into place whole, so a copy that exists is complete; one
+    whose files no longer match the marker's sizes is fetched again. Loading checks the checksums."""
+    if not is_uri(path):
+        return Path(path)
+    import os
+    import time
+
+    ckpt = _checkpoint_of(path)
+    root = scratch_root()
+    final = root / f"{_CACHE_PREFIX}{remote_identity(ckpt)[:24]}" / ckpt.rpartition("/")[2]
+    if final.is_dir() and not _intact(final):
+        shutil.rmtree(final.parent, ignore_errors=True)
+    if not final.is_dir():
+        work = Path(tempfile.mkdtemp(prefix="bertflow-fetch-", dir=root))
+        try:
+            _fetch_checkpoint(ckpt, work / final.name)
+            try:
+                os.rename(work, final.parent)
+            except OSError:  # another job of this node put the same checkpoint there first
+                if not final.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    os.utime(final.parent)
+    stale = sorted((p for p in root.glob(f"{_CACHE_PREFIX}*") if p != final.parent),
+                   key=lambda p: p.stat().st_mtime, reverse=True)[MODEL_CACHE_KEEP - 1:]
+    for old in stale:
+        if time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _intact(local: Path) -> bool:
+    try:
+        files = json.loads((local / MARKER).read_text(encoding="utf-8")).get("files")
+        return isinstance(files, dict) and all(
+            (local / rel).is_file() and (local / rel).stat().st_size == meta.get("bytes")
+            for rel, meta in files.items() if _safe(rel) and rel != MARKER and isinstance(meta, dict))
+    except (OSError, ValueError, AttributeError):
+        return False

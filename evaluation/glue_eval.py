@@ -18,9 +18,9 @@ from bert_core.heads import BertForSequenceClassification
 from bert_core.identity import identity
 from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
-from contracts.common import UserError
+from contracts.common import UserError, write_json_atomic
 from evaluation import glue
-from evaluation.cells import cell_inputs, cell_job, cell_key, model_dir, split_grid
+from evaluation.cells import cell_inputs, cell_job, cell_key, model_dir, read_cell, split_grid
 from evaluation.config import GlueConfig
 from evaluation.finetune import fit, forward_inputs
 from evaluation.finetuned import RECORD, read_record, replace_dir, save_finetuned
@@ -174,6 +174,9 @@ def run_glue(cfg: GlueConfig) -> dict:
     fresh = run_jobs(cell_job, [(glue_job, str(path), key, job_data(cfg), *grid[i],
                                  str(model_dir(out, key)) if save else None) for i, key, path in missing],
                      cfg, desc="GLUE fine-tuning")
+    for (_, key, path), r in zip(missing, fresh):  # a job on another node wrote its cell there: here too
+        if read_cell(path) is None:
+            write_json_atomic(path, {"key": key, "result": r})
     done.update({i: r for (i, _, _), r in zip(missing, fresh)})
     jobs = [done[i] for i in range(len(grid))]
     runs = [r for j in jobs for r in j["runs"]]

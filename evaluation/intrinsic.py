@@ -16,21 +16,29 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from bert_core.checkpoint import CheckpointManager, is_complete, load_model_from_checkpoint, read_state, step_of
+from bert_core.checkpoint import CheckpointManager, is_complete, read_state, step_of
 from bert_core.engine import forward_loss
 from bert_core.identity import CHECKPOINTS
 from bert_core.loader import InstanceDataset
 from bert_core.losses import NO_SENTENCE_TASK
 from contracts.common import UserError, atomic_path
+from contracts.storage import is_uri
 from data_jobs.tokenization import vocab_hash
 from evaluation.config import IntrinsicConfig
-from evaluation.modeling import job_device, load_pretrained
+from evaluation.modeling import job_device, load_checkpoint, load_pretrained
 from evaluation.report import write_results
 from evaluation.runner import run_jobs, worker_threads
 
 
 def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
     """(step, path) of every complete checkpoint of a run dir, or of the one model given."""
+    if is_uri(cfg.model_path):  # a run or checkpoint on an object store: each job fetches its own
+        from bert_core.remote_run import remote_checkpoints
+
+        found = remote_checkpoints(cfg.model_path)
+        if not found:
+            raise UserError(f"{cfg.model_path.rstrip('/')}: holds no complete checkpoint")
+        return found if cfg.all_checkpoints else found[-1:]
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
@@ -73,7 +81,7 @@ def intrinsic_job(cfg_data: dict, step: int, checkpoint: str) -> dict:
     if Path(checkpoint) == Path(cfg.model_path):
         model, model_config, vocab = load_pretrained(cfg)
     else:
-        model, model_config, vocab = load_model_from_checkpoint(checkpoint)
+        model, model_config, vocab = load_checkpoint(checkpoint)
     if cfg.random_init:
         torch.manual_seed(0)
         model = type(model)(model_config)

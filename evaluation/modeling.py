@@ -16,6 +16,7 @@ from bert_core.identity import CHECKPOINTS, MARKER, STATE
 from bert_core.hf import load_hf
 from bert_core.runtime import device_for
 from contracts.common import UserError
+from contracts.storage import is_uri
 from data_jobs.tokenization import read_vocab, vocab_hash
 from evaluation.config import EvalBase
 
@@ -26,6 +27,14 @@ CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
 
 def model_format(cfg: EvalBase) -> str:
     """'hf' or 'checkpoint' (resolving 'auto' with bert_core's one test for an HF directory)."""
+    if is_uri(cfg.model_path):  # on an object store: a bertflow run or checkpoint (fetched per node)
+        from bert_core.remote_run import checkpoint_uri
+
+        if cfg.model_format == "hf" or checkpoint_uri(cfg.model_path) is None:
+            raise UserError(f"{cfg.model_path.rstrip('/')}: holds no complete bertflow checkpoint (no COMPLETE "
+                            "marker); a model on an object store is a bertflow run or checkpoint (a Hugging "
+                            "Face directory is read from a local path)")
+        return "checkpoint"
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
@@ -44,7 +53,15 @@ def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):
     """(BertForPreTraining, ModelConfig, vocab_file) of the configured model (or one given checkpoint)."""
     if checkpoint is None and model_format(cfg) == "hf":
         return load_hf(cfg.model_path)
-    return load_model_from_checkpoint(checkpoint or cfg.model_path)
+    return load_checkpoint(checkpoint or cfg.model_path)
+
+
+def load_checkpoint(path: str):
+    """bert_core's loader for a local checkpoint or run directory, or one on an object store (read from
+    this node's verified copy: bert_core.remote_run.cached_checkpoint)."""
+    from bert_core.remote_run import cached_checkpoint
+
+    return load_model_from_checkpoint(cached_checkpoint(path))
 
 
 def resolve_vocab(cfg: EvalBase, model_vocab: Optional[str]) -> str:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from bert_core.identity import identity
-from contracts.common import Status, write_json_atomic
-from contracts.stage import StageDir
+from contracts.common import Status, UserError, write_json_atomic
+from contracts.stage import StageDir, store_for
+from contracts.storage import is_uri, location
 from data_jobs.fanout import fan_out
+from evaluation.cells import CELLS_DIR
 from evaluation.config import EvalBase
+from evaluation.report import write_results
 
 RESULTS, STAGE_RECORD = "results.json", "stage.json"
 
@@ -68,16 +72,30 @@ def stage_dir(kind: str, cfg: EvalBase) -> StageDir:
     return StageDir.at(cfg.output_dir, kind, record=STAGE_RECORD, owns=EVAL_FILES)
 
 
+def check_locations(cfg: EvalBase) -> None:
+    """What may be on an object store: the model (a bertflow run or checkpoint), held-out instances and
+    the output; task data, vocab files and kept fine-tuned models are local (one line otherwise)."""
+    for name in sorted(type(cfg).input_fields - {"model_path", "instances_dir"}):
+        if is_uri(getattr(cfg, name) or ""):
+            raise UserError(f"{name}: {getattr(cfg, name)}: task data and vocab files are read from local paths "
+                            "(copy them to each node or to a shared file system)")
+    if is_uri(cfg.output_dir) and getattr(cfg, "save_models", "none") != "none":
+        raise UserError(f"save_models: fine-tuned models are kept in a local output_dir, not {cfg.output_dir}")
+
+
 def status(kind: str, cfg: EvalBase) -> Status:
     """done | partial | absent for evaluation ``kind`` with this config and these inputs (only GLUE
     continues a partial run, from its cells; the others redo anything short of done)."""
+    check_locations(cfg)
     state = stage_dir(kind, cfg).status(cfg.config_hash(), lambda: input_identity(cfg))
-    if state.done and not (Path(cfg.output_dir) / RESULTS).is_file():  # records before the file list
+    if state.done and not store_for(cfg.output_dir).exists(RESULTS):  # records before the file list
         return Status("absent", f"{RESULTS} missing", state.inputs)
     return state
 
 
 def read_results(cfg: EvalBase) -> dict:
+    if is_uri(cfg.output_dir):
+        return json.loads(location(cfg.output_dir).read(RESULTS))
     return json.loads((Path(cfg.output_dir) / RESULTS).read_text(encoding="utf-8"))
 
 
@@ -93,10 +111,53 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
         chash, inputs = cfg.config_hash(), input_identity(cfg)
         import evaluation  # the package runs run_<kind>; imported here: it imports this module
 
-        with sd.writing(chash, inputs, EVAL_FILES):
-            results = getattr(evaluation, f"run_{kind}")(cfg)
-        out = Path(cfg.output_dir)
-        if not (out / RESULTS).is_file():
-            write_json_atomic(out / RESULTS, results)
+        with sd.writing(chash, inputs, EVAL_FILES), staged_output(cfg) as local:
+            results = getattr(evaluation, f"run_{kind}")(local)
+            out = Path(local.output_dir)
+            if local is not cfg:  # written on scratch: the results name the object store, then go there
+                results = rebased(results, local.output_dir, cfg.output_dir)
+                write_results(out, results)
+            elif not (out / RESULTS).is_file():
+                write_json_atomic(out / RESULTS, results)
+            publish_tree(out, cfg.output_dir)
         sd.commit(sd.present(EVAL_FILES), chash, inputs)
     return results
+
+
+@contextmanager
+def staged_output(cfg: EvalBase) -> Iterator[EvalBase]:
+    """The config an evaluation writes with: ``cfg`` itself for a local output_dir; for an object-store
+    one, a copy writing into a fresh node-local scratch directory (removed afterwards) that holds the
+    cells already on the store, so a GLUE grid continues from them."""
+    if not is_uri(cfg.output_dir):
+        yield cfg
+        return
+    from data_jobs.job_output import staged
+
+    loc = location(cfg.output_dir)
+    with staged(cfg.output_dir) as work:
+        for m in loc.list(CELLS_DIR + "/"):
+            loc.download(m.name, work / m.name)
+        yield cfg.model_copy(update={"output_dir": str(work)})
+
+
+def rebased(results: Any, local: str, uri: str) -> Any:
+    """``results`` with every string naming a file under ``local`` renamed to the same file under ``uri``."""
+    if isinstance(results, str):
+        return uri.rstrip("/") + results[len(local):] if results == local or results.startswith(local + "/") else results
+    if isinstance(results, dict):
+        return {k: rebased(v, local, uri) for k, v in results.items()}
+    if isinstance(results, list):
+        return [rebased(v, local, uri) for v in results]
+    return results
+
+
+def publish_tree(local: Path, out: str) -> None:
+    """Upload every file under ``local`` to the object-store prefix ``out`` (results.json last); nothing
+    to do for a local ``out``, written in place."""
+    if not is_uri(out):
+        return
+    loc = location(out)
+    files = sorted((p for p in local.rglob("*") if p.is_file()), key=lambda p: (p.name == RESULTS, str(p)))
+    for path in files:
+        loc.upload(path.relative_to(local).as_posix(), path)

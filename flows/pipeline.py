@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 from prefect import flow, get_run_logger
 
 from contracts.common import ArgParser, UserError, stable_hash, write_json_atomic
+from contracts.storage import is_uri
 from flows import artifacts as art
 from flows.config import PipelineConfig, Plan, demo_config, make_plan
 from flows.tasks import DataStage, EvalStage, ExportStage, TrainStage, run_stage
@@ -77,7 +78,7 @@ def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[s
     results = {}
     for kind, ecfg in plan.evals.items():
         if model_path:  # another model: results go beside the pipeline's, named by that model's path
-            model = str(Path(model_path).expanduser().resolve())
+            model = model_path if is_uri(model_path) else str(Path(model_path).expanduser().resolve())
             out = Path(ecfg.output_dir)
             ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": str(out.with_name(
                 f"{out.name}-model-{stable_hash(model)[:8]}"))})
@@ -192,8 +193,13 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
                 raise UserError(f"--stage train: no instances for phase {name} at {icfg.output_dir}; "
                                 "run --stage data first (same config)")
     if stage == "eval":
-        if model_path and not Path(model_path).exists():
+        if model_path and not is_uri(model_path) and not Path(model_path).exists():
             raise UserError(f"--model-path: {model_path} not found")
+        if model_path and is_uri(model_path):
+            from bert_core.remote_run import checkpoint_uri
+
+            if checkpoint_uri(model_path) is None:
+                raise UserError(f"--model-path: {model_path} holds no complete bertflow checkpoint")
         if not model_path and not plan.export_dir.is_dir():
             raise UserError(f"--stage eval: no exported model at {plan.export_dir}; run --stage train "
                             "first (same config) or give --model-path")
