@@ -21,6 +21,7 @@ from bert_core.identity import CHECKPOINTS, STATE, identity
 from bert_core.stage import EXPORT_HASH, export_stage, export_status
 from contracts.common import ArgParser, UserError, read_json_object, run_main
 from contracts.lock import output_lock
+from data_jobs.job_output import publish, staged
 
 # The export stage's status is torch-free (bert_core.stage); it is this job's own answer.
 status = export_status
@@ -31,7 +32,15 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
     directory's one-writer lock (re-entrant), and refused when the directory holds files no export
     wrote: the export replaces the whole directory, and never deletes a file it does not own."""
     from bert_core.remote_run import local_checkpoint
+    from contracts.storage import is_uri
 
+    if is_uri(out_dir):  # to an object store: written on scratch, uploaded, the record last
+        sd = export_stage(out_dir)
+        with sd.lock():
+            _refuse_foreign(out_dir)
+            with local_checkpoint(checkpoint_or_run_dir) as source:
+                _write_export(source, out_dir, sd)
+        return out_dir  # type: ignore[return-value]
     with output_lock(out_dir):
         _refuse_foreign(Path(out_dir))
         with local_checkpoint(checkpoint_or_run_dir) as source:  # an s3:// run or checkpoint: a verified copy
@@ -41,7 +50,7 @@ def export_checkpoint(checkpoint_or_run_dir: str | Path, out_dir: str | Path) ->
 HF_FILES = ("config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt")  # bert_core.hf.save_hf
 
 
-def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Path:
+def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path, sd=None) -> Path:
     model, mc, vocab = load_model_from_checkpoint(checkpoint_or_run_dir)
     if not Path(vocab).is_file():
         raise UserError(f"{checkpoint_or_run_dir}: checkpoint has no vocab.txt to export with the weights")
@@ -51,10 +60,12 @@ def _write_export(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Pat
         saved = read_state(ckpt)
         lowercase = bool(saved.get("lowercase", True))
         _check_vocab(Path(vocab), saved.get("vocab_hash"))
-    sd, source = export_stage(out_dir), identity(ckpt)
+    sd, source = sd or export_stage(out_dir), identity(ckpt)
     inputs = {"checkpoint": source}
     sd.begin(EXPORT_HASH, inputs, HF_FILES)  # never vouch for a directory being rewritten
-    path = save_hf(model, mc, vocab, out_dir, do_lower_case=lowercase)
+    with staged(str(out_dir)) as work:
+        path = save_hf(model, mc, vocab, work, do_lower_case=lowercase)
+        publish(str(out_dir), [work / name for name in HF_FILES if (work / name).is_file()])
     sd.commit(sd.present(HF_FILES), EXPORT_HASH, inputs, checkpoint=ckpt.name, source=source)
     return path
 
@@ -98,20 +109,25 @@ def _export_cli(argv: Sequence[str] | None) -> int:
     p = ArgParser(prog="bertflow export", description="Export a checkpoint as a Hugging Face BERT directory.")
     p.add_argument("--checkpoint", required=True,
                    help="run directory (latest checkpoint) or one checkpoint directory; either may be an s3:// URI")
-    p.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, vocab.txt)")
+    p.add_argument("--out", required=True,
+                   help="output directory or s3:// prefix (config.json, model.safetensors, vocab.txt)")
     args = p.parse_args(argv)
+    from contracts.storage import is_uri
+
+    if is_uri(args.out):  # export_checkpoint holds the prefix's lease while it writes
+        return _export_locked(args)
     with output_lock(args.out):  # one writer per output directory
         return _export_locked(args)
 
 
-def _refuse_foreign(out: Path) -> None:
+def _refuse_foreign(out: str | Path) -> None:
     """The export replaces its whole directory: refuse one holding files an earlier export's record
     does not name (a user's notes, another model)."""
     export_stage(out).refuse_foreign("files no export wrote", prefix="--out: ")
 
 
 def _export_locked(args) -> int:
-    _refuse_foreign(Path(args.out))
+    _refuse_foreign(args.out)
     state = status(args.checkpoint, args.out)
     if not state.fresh:
         print(state.line("export") + f": {args.out}", file=sys.stderr)

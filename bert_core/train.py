@@ -48,13 +48,48 @@ def _barrier() -> None:
 
 
 def _vocab_file(dataset: InstanceDataset) -> Optional[Path]:
-    """The dataset's vocab: totals.vocab_file (absolute, or relative to the data dir), or vocab.txt beside it."""
+    """The dataset's vocab: totals.vocab_file (absolute, or relative to the data dir), or vocab.txt beside it;
+    on an object store, a node-local copy of it (checked by the caller against the data's vocab hash)."""
+    from contracts.storage import is_uri
+
+    v = dataset.vocab_file
+    if (v and is_uri(v)) or is_uri(dataset.loc.uri):
+        uri = v if v and is_uri(v) else f"{dataset.loc.uri.rstrip('/')}/{v or 'vocab.txt'}"
+        return fetched_vocab(uri)
     candidates = []
     if dataset.vocab_file:
         v = Path(dataset.vocab_file)
         candidates += [v, dataset.dir / v] if not v.is_absolute() else [v]
     candidates.append(dataset.dir / "vocab.txt")
     return next((c for c in candidates if c.is_file()), None)
+
+
+def fetched_vocab(uri: str) -> Optional[Path]:
+    """A node-local copy of the vocab object ``uri`` (None where it is missing), named by the object's
+    URI and version tag: the ranks of a node share it, a changed object is fetched anew."""
+    import hashlib
+    import tempfile
+
+    from contracts.storage import location, scratch_root
+
+    parent, _, name = uri.rpartition("/")
+    loc = location(parent)
+    meta = loc.head(name)
+    if meta is None:
+        return None
+    key = hashlib.sha256(f"{uri}\0{meta.etag}\0{meta.size}".encode()).hexdigest()[:16]
+    dest = scratch_root() / f"bertflow-vocab-{key}" / name
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
+        os.close(fd)
+        try:
+            loc.download(name, tmp)
+            os.replace(tmp, dest)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return dest
 
 
 def _checked_vocab(dataset: InstanceDataset) -> Optional[Path]:
@@ -67,13 +102,13 @@ def _checked_vocab(dataset: InstanceDataset) -> Optional[Path]:
     if dataset.vocab_hash is None:
         return vocab
     if vocab is None:
-        where = dataset.vocab_file or dataset.dir / "vocab.txt"
+        where = dataset.vocab_file or f"{dataset.loc.uri.rstrip('/')}/vocab.txt"
         raise UserError(f"{where}: the data's vocabulary is missing (vocab dir moved or deleted?); "
-                        f"the instances in {dataset.dir} were made with it")
+                        f"the instances in {dataset.loc.uri} were made with it")
     found = vocab_hash(vocab)
     if found != dataset.vocab_hash:
         raise UserError(f"{vocab}: vocab hash {found} != {dataset.vocab_hash} recorded with the data in "
-                        f"{dataset.dir} (edited after the instances were made?)")
+                        f"{dataset.loc.uri} (edited after the instances were made?)")
     return vocab
 
 

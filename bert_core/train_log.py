@@ -42,11 +42,21 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     elsewhere costs that line only, never the records after it. The one reader of this format:
     training's resume, Ray Train's result and the flows' loss curve all call it.
     """
-    p = Path(path)
-    if not p.is_file():
-        return []
+    from contracts.storage import is_uri, location
+
+    if is_uri(path):  # a run on an object store (bert_core.remote_run uploads its metrics whole)
+        parent, _, name = str(path).rpartition("/")
+        try:
+            text = location(parent).read(name).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return []
+    else:
+        p = Path(path)
+        if not p.is_file():
+            return []
+        text = p.read_text(encoding="utf-8")
     out = []
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bert_core.train_config import TrainConfig
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
+from contracts.storage import is_uri
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.specs import complete, spec_of
@@ -112,37 +113,58 @@ class PipelineConfig(StrictModel):
 class Plan(BaseModel):
     """Every concrete stage config of a pipeline run, with derived absolute paths."""
 
-    root: Path
+    root: Path | str  # a local directory, or an object-store prefix (a URI string)
     shard: ShardConfig
     vocab: VocabConfig
     instances: dict[str, InstancesConfig]
     train: dict[str, TrainConfig]
-    export_dir: Path
+    export_dir: Path | str
     heldout: Optional[InstancesConfig] = None
     evals: dict[str, Any] = Field(default_factory=dict)
-    report_dir: Path
+    report_dir: Path | str
 
 
-def _named(root: Path, kind: str, model: type, spec: BaseModel, prefix: str = "", **wiring: Any) -> tuple[Path, Any]:
+Where = Path | str  # a local path, or an object-store URI (contracts.storage.is_uri)
+
+
+def join(root: Where, *parts: str) -> Where:
+    """``root/parts``: a Path under a local root, a URI string under an object-store prefix."""
+    return f"{str(root).rstrip('/')}/{'/'.join(parts)}" if isinstance(root, str) else root.joinpath(*parts)
+
+
+def name_of(where: Where) -> str:
+    return str(where).rstrip("/").rpartition("/")[2]
+
+
+def _rel(v: Where, root: Where) -> str:
+    if isinstance(root, str):
+        return str(v)[len(root.rstrip("/")) + 1:]
+    return str(Path(v).relative_to(root))
+
+
+def _named(root: Where, kind: str, model: type, spec: BaseModel, prefix: str = "", **wiring: Any) -> tuple[Where, Any]:
     """(absolute output dir, concrete config) for a stage: the dir is named by the hash of the config
     whose paths are relative to ``root``, so the name does not depend on where the root lives."""
-    rel_wiring = {k: (str(Path(v).relative_to(root)) if isinstance(v, Path) else v) for k, v in wiring.items()}
+    rel_wiring = {k: (_rel(v, root) if isinstance(v, (Path, str)) else v) for k, v in wiring.items()}
     probe = complete(model, spec, f"{kind} config", output_dir=".", **rel_wiring)
     # A directory name, not a status: the config hash (no input paths, by the one rule) plus where the
     # inputs are within the tree, so two corpora or two upstream configs never share a directory.
     # Whether a stage is done is each stage's own status (inputs by content).
-    digest = stable_hash([probe.config_hash(), {k: getattr(probe, k) for k in sorted(model.input_fields)}])
-    out = root / kind / f"{prefix}{digest}"
-    abs_wiring = {k: (str(v) if isinstance(v, Path) else v) for k, v in wiring.items()}
+    # The wired inputs by their root-relative names as given (a config makes relative paths absolute
+    # against the working directory: the name must not depend on where the command was started).
+    digest = stable_hash([probe.config_hash(),
+                          {k: rel_wiring.get(k, getattr(probe, k)) for k in sorted(model.input_fields)}])
+    out = join(root, kind, f"{prefix}{digest}")
+    abs_wiring = {k: (str(v) if isinstance(v, (Path, str)) else v) for k, v in wiring.items()}
     return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)
 
 
 def make_plan(cfg: PipelineConfig) -> Plan:
-    root = Path(cfg.output_root).expanduser().resolve()
+    root: Where = cfg.output_root.rstrip("/") if is_uri(cfg.output_root) else Path(cfg.output_root).expanduser().resolve()
     docs_dir, shard = _named(root, "documents", ShardConfig, cfg.shard)
     vocab_dir, vocab = _named(root, "vocab", VocabConfig, cfg.vocab, shards_dir=docs_dir)
     instances, train = {}, {}
-    prev_run: Optional[Path] = None
+    prev_run: Optional[Where] = None
     ev = cfg.evaluation
     # Held-out documents: the last shards (a hash-random sample of documents) stay out of training.
     hold = ev.heldout_shards if ev.intrinsic is not None else 0
@@ -155,8 +177,9 @@ def make_plan(cfg: PipelineConfig) -> Plan:
             root, "runs", TrainConfig, phase.train, f"{phase.name}-", data_dir=inst_dir, init_from=prev_run
         )
         prev_run = run_dir
-    last_run = Path(train[cfg.phases[-1].name].output_dir)
-    export_dir = root / "export" / last_run.name
+    last_run = train[cfg.phases[-1].name].output_dir
+    last_run = last_run if isinstance(root, str) else Path(last_run)
+    export_dir = join(root, "export", name_of(last_run))
     heldout, evals = None, {}
     if ev.intrinsic is not None:
         # Held-out instances: the last phase's recipe on the held-out shards (or, with heldout_shards=0,
@@ -171,9 +194,12 @@ def make_plan(cfg: PipelineConfig) -> Plan:
         )[1]
     for name, model in (("glue", GlueConfig), ("squad", SquadConfig), ("ner", NerConfig)):
         spec = getattr(ev, name)
+        if spec is not None and isinstance(root, str):
+            raise UserError(f"evaluation.{name}: fine-tunes the exported model, read from a local path; with "
+                            f"output_root {root} only evaluation.intrinsic runs (or evaluate the export locally)")
         if spec is not None:
             evals[name] = _named(root, "eval", model, spec, f"{name}-", model_path=export_dir)[1]
-    report_dir = root / "reports" / f"{last_run.name}"
+    report_dir = join(root, "reports", name_of(last_run))
     return Plan(
         root=root, shard=shard, vocab=vocab, instances=instances, train=train, export_dir=export_dir,
         heldout=heldout, evals=evals, report_dir=report_dir,

@@ -12,10 +12,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 from contracts.common import run_main
+from contracts.storage import location
 from flows.config import demo_config, make_plan
 
 # Offline, quiet defaults (set before Prefect is imported: it reads settings at import).
@@ -28,7 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flows.demo", description=__doc__.splitlines()[0])
-    p.add_argument("--output-root", default="runs/demo", help="where everything lands (default runs/demo)")
+    p.add_argument("--output-root", default="runs/demo",
+                   help="where everything lands: a directory or an s3:// prefix (default runs/demo)")
     p.add_argument("--max-steps", type=int, default=300, help="pretraining steps of the tiny model (default 300)")
     return p
 
@@ -50,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  loss curve       {result['train']['loss_curve']}")
     print(f"  exported model   {result['train']['export_dir']}  (loads with transformers.BertForPreTraining)")
     for kind, ecfg in plan.evals.items():
-        report = Path(ecfg.output_dir) / "report.md"
-        print(f"  {kind + ' report':<16} {report if report.is_file() else Path(ecfg.output_dir) / 'results.json'}")
+        name = "report.md" if location(ecfg.output_dir).exists("report.md") else "results.json"
+        print(f"  {kind + ' report':<16} {str(ecfg.output_dir).rstrip('/')}/{name}")
     print(f"  summary          {result['summary']}")
     print("Run it again: every finished stage is skipped.")
     return 0

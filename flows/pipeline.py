@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
 from contracts.common import ArgParser, UserError, stable_hash, write_json_atomic
-from contracts.storage import is_uri
+from contracts.storage import is_uri, location
+from data_jobs.job_output import publish, staged
 from flows import artifacts as art
-from flows.config import PipelineConfig, Plan, demo_config, make_plan
+from flows.config import PipelineConfig, Plan, demo_config, join, make_plan
 from flows.tasks import DataStage, EvalStage, ExportStage, TrainStage, run_stage
 
 
@@ -64,11 +66,14 @@ def pretrain(config: PipelineConfig) -> dict[str, Any]:
     rows = []
     for name, rec in records.items():
         rows += [{"phase": name, **r} for r in art.read_metrics(rec["metrics_file"])]
-    png = plan.report_dir / "loss_curve.png"
-    art.plot_loss_png(art.loss_series(rows), png, f"pretraining loss ({', '.join(records)})")
-    art.publish_table(art.KEY_TRAIN, art.metrics_rows(rows), "bertflow training metrics (sampled)")
-    art.publish_loss_curve(png, f"loss curve; file: {png}")
-    return {"phases": records, "export_dir": exported, "loss_curve": str(png)}
+    curve = str(join(plan.report_dir, "loss_curve.png"))
+    with staged(str(plan.report_dir)) as reports:  # an object-store report dir: written here, uploaded
+        png = reports / "loss_curve.png"
+        art.plot_loss_png(art.loss_series(rows), png, f"pretraining loss ({', '.join(records)})")
+        art.publish_table(art.KEY_TRAIN, art.metrics_rows(rows), "bertflow training metrics (sampled)")
+        art.publish_loss_curve(png, f"loss curve; file: {curve}")
+        publish(str(plan.report_dir), [png])
+    return {"phases": records, "export_dir": exported, "loss_curve": curve}
 
 
 @flow(name="evaluate", log_prints=True)
@@ -79,9 +84,8 @@ def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[s
     for kind, ecfg in plan.evals.items():
         if model_path:  # another model: results go beside the pipeline's, named by that model's path
             model = model_path if is_uri(model_path) else str(Path(model_path).expanduser().resolve())
-            out = Path(ecfg.output_dir)
-            ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": str(out.with_name(
-                f"{out.name}-model-{stable_hash(model)[:8]}"))})
+            out = str(ecfg.output_dir).rstrip("/")
+            ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": f"{out}-model-{stable_hash(model)[:8]}"})
         results[kind] = _retrying(config.orchestration, 0)(EvalStage(kind, ecfg))
     if results:
         art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
@@ -111,13 +115,31 @@ def publish_on_top(data: dict, trained: dict, results: dict) -> None:
     art.publish_table(art.KEY_DATA, art.stats_rows(manifests), "bertflow data statistics (one row per dataset)")
     rows = [{"phase": name, **r} for name, rec in trained["phases"].items() for r in art.read_metrics(rec["metrics_file"])]
     art.publish_table(art.KEY_TRAIN, art.metrics_rows(rows), "bertflow training metrics (sampled)")
-    if Path(trained["loss_curve"]).is_file():
-        art.publish_loss_curve(Path(trained["loss_curve"]), f"loss curve; file: {trained['loss_curve']}")
+    with readable(trained["loss_curve"]) as png:
+        if png is not None:
+            art.publish_loss_curve(png, f"loss curve; file: {trained['loss_curve']}")
     if results:
         art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
 
 
-def write_summary(plan: Plan, data: dict, trained: dict, results: dict) -> Path:
+@contextmanager
+def readable(where: str) -> Iterator[Optional[Path]]:
+    """A local copy of the file ``where`` (the file itself where local; an object fetched to scratch and
+    removed afterwards), or None where there is none."""
+    if not is_uri(where):
+        yield Path(where) if Path(where).is_file() else None
+        return
+    parent, _, name = where.rpartition("/")
+    with staged(parent) as work:
+        try:
+            location(parent).download(name, work / name)
+        except FileNotFoundError:
+            yield None
+            return
+        yield work / name
+
+
+def write_summary(plan: Plan, data: dict, trained: dict, results: dict) -> Path | str:
     """summary.json + summary.md in the report dir, and the same markdown as a Prefect artifact."""
     last = trained["phases"][list(trained["phases"])[-1]]
     paths = {**{f"data: {k}": v for k, v in data.items()}}
@@ -131,12 +153,13 @@ def write_summary(plan: Plan, data: dict, trained: dict, results: dict) -> Path:
     notes = [f"final metrics: {last['final_metrics']}"]
     notes += [f"{k}: {v}" for k, v in sorted(_flat(results).items())][:30]
     md = art.summary_markdown("bertflow pretraining pipeline", paths, notes)
-    plan.report_dir.mkdir(parents=True, exist_ok=True)
-    (plan.report_dir / "summary.md").write_text(md, encoding="utf-8")
-    write_json_atomic(plan.report_dir / "summary.json", {"paths": paths, "final_metrics": last["final_metrics"],
-                                                         "eval": results})
+    with staged(str(plan.report_dir)) as reports:
+        (reports / "summary.md").write_text(md, encoding="utf-8")
+        write_json_atomic(reports / "summary.json", {"paths": paths, "final_metrics": last["final_metrics"],
+                                                     "eval": results})
+        publish(str(plan.report_dir), [reports / "summary.json", reports / "summary.md"])
     art.publish_markdown(art.KEY_SUMMARY, md, "bertflow run summary with output paths")
-    return plan.report_dir / "summary.md"
+    return join(plan.report_dir, "summary.md")
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -183,13 +206,13 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
     if stage in ("all", "data"):
         from data_jobs.readers import expand_inputs
 
-        if not (Path(plan.shard.output_dir) / MANIFEST_NAME).is_file():
+        if not location(plan.shard.output_dir).exists(MANIFEST_NAME):
             expand_inputs(plan.shard)  # raises a UserError naming a missing or unreadable input
         if plan.vocab.vocab_file and not Path(plan.vocab.vocab_file).is_file():
             raise UserError(f"vocab.vocab_file: {plan.vocab.vocab_file} not found")
     if stage == "train":
         for name, icfg in plan.instances.items():
-            if not (Path(icfg.output_dir) / MANIFEST_NAME).is_file():
+            if not location(icfg.output_dir).exists(MANIFEST_NAME):
                 raise UserError(f"--stage train: no instances for phase {name} at {icfg.output_dir}; "
                                 "run --stage data first (same config)")
     if stage == "eval":
@@ -200,7 +223,7 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
 
             if checkpoint_uri(model_path) is None:
                 raise UserError(f"--model-path: {model_path} holds no complete bertflow checkpoint")
-        if not model_path and not plan.export_dir.is_dir():
+        if not model_path and not location(str(plan.export_dir)).exists("config.json"):
             raise UserError(f"--stage eval: no exported model at {plan.export_dir}; run --stage train "
                             "first (same config) or give --model-path")
 
@@ -220,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = FLOWS[args.stage](cfg, **kwargs)
     print(f"bertflow pipeline ({args.stage}) finished; outputs under {make_plan(cfg).root}")
     if isinstance(result, dict) and result.get("summary"):
-        print(Path(result["summary"]).read_text(encoding="utf-8"))
+        with readable(result["summary"]) as summary:
+            print(summary.read_text(encoding="utf-8") if summary else f"{result['summary']}: missing")
     return 0
 
 

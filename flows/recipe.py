@@ -29,6 +29,7 @@ from pydantic import Field
 
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from flows import artifacts as art
+from contracts.storage import is_uri
 from flows.config import GlueSpec, PipelineConfig, make_plan
 from flows.pipeline import preflight, pretraining_pipeline
 from flows.tasks import CompareStage, DataStage, EvalStage, run_stage
@@ -90,7 +91,11 @@ def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = Fals
         for phase in phases if isinstance(phases, list) else []:  # another shape: refused by validation
             if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
                 phase["instances"]["sentence_task"] = sentence_task
-    return build_config(RecipeConfig, data, str(path))
+    cfg = build_config(RecipeConfig, data, str(path))
+    if is_uri(cfg.output_root):
+        raise UserError(f"{path}: output_root: {cfg.output_root}: the recipe fine-tunes GLUE on its exported "
+                        "model, read from a local path; give a local directory (the pipeline takes s3://)")
+    return cfg
 
 
 def _minilm(spec: ComparisonSpec) -> Optional[Path]:

@@ -130,3 +130,30 @@ def test_export_from_a_run_on_s3_is_the_export_of_the_local_run(run_dir, s3_env,
                    "(size or checksum)",
                    f"bertflow: error: {s3_env}/runs/none: holds no complete checkpoint (no COMPLETE marker)"]
     assert not (tmp_path / "damaged" / "model.safetensors").exists()
+
+
+def test_export_to_s3_is_the_local_export_and_reruns_as_done(run_dir, s3_env, tmp_path, capsys, monkeypatch):
+    """``--out s3://...``: the files are written on scratch and uploaded, the record last; the same bytes as
+    a local export, a rerun is done, and an object no export wrote is refused in one line and left."""
+    from bert_core.stage import export_status
+    from contracts.storage import location
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("BERTFLOW_SCRATCH", str(scratch))
+    local = export_checkpoint(run_dir, tmp_path / "local")
+    out = s3_env + "/hf/tiny"
+    assert not export_status(run_dir, out).done
+    assert main_export(["--checkpoint", str(run_dir), "--out", out]) == 0
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        assert location(out).read(name) == (local / name).read_bytes(), name
+    assert export_status(run_dir, out).done and not list(scratch.iterdir())
+    capsys.readouterr()
+    assert main_export(["--checkpoint", str(run_dir), "--out", out]) == 0  # done: nothing rewritten
+    assert "stage export: skipped" in capsys.readouterr().err
+    user = s3_env + "/hf/mine"
+    location(user).write("notes.md", b"mine\n")
+    assert main_export(["--checkpoint", str(run_dir), "--out", user]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: --out: ") and "notes.md" in err[0], err
+    assert [m.name for m in location(user).list()] == ["notes.md"] and location(user).read("notes.md") == b"mine\n"

@@ -68,7 +68,7 @@ def test_python_deployments_match_prefect_yaml():
         assert callable(getattr(pipeline, spec.flow))
 
 
-def test_plan_paths_derive_from_config(tmp_path):
+def test_plan_paths_derive_from_config(tmp_path, monkeypatch):
     a = make_plan(demo_config(str(tmp_path / "a")))
     b = make_plan(demo_config(str(tmp_path / "b")))
     # Names hash root-relative configs: the same run under another root gets the same names.
@@ -78,6 +78,16 @@ def test_plan_paths_derive_from_config(tmp_path):
     assert a.instances["phase1"].vocab_dir == a.vocab.output_dir
     assert a.train["phase1"].data_dir == a.instances["phase1"].output_dir
     assert a.heldout.seed != a.instances["phase1"].seed
+    # Nor on where the command was started, nor whether the root is an object-store prefix.
+    def names(plan):
+        dirs = [plan.shard.output_dir, plan.vocab.output_dir, plan.heldout.output_dir, plan.export_dir,
+                *(c.output_dir for c in [*plan.instances.values(), *plan.train.values(), *plan.evals.values()])]
+        return [str(d).rpartition("/")[2] for d in dirs]
+
+    monkeypatch.chdir(tmp_path)
+    assert names(make_plan(demo_config(str(tmp_path / "a")))) == names(a)
+    assert names(make_plan(demo_config("s3://bucket/prefix"))) == names(a)
+    assert make_plan(demo_config("s3://bucket/prefix/")).train["phase1"].data_dir.startswith("s3://bucket/prefix/instances/")
     # A change upstream renames everything downstream of it.
     changed = demo_config(str(tmp_path / "a")).model_dump()
     changed["shard"]["num_shards"] = 3
