@@ -203,6 +203,18 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
     from contracts.schema import MANIFEST_NAME
 
     plan = make_plan(cfg)
+    root = Path(plan.root) if isinstance(plan.root, Path) else None
+    if root is not None and root.exists() and not root.is_dir():
+        raise UserError(f"output_root: {root} is a file, not a directory")
+    if stage in ("all", "eval"):  # the task data, checked before hours of training, not after
+        from evaluation.runner import check_locations
+
+        for kind, ecfg in plan.evals.items():
+            check_locations(ecfg)
+            for name in sorted(type(ecfg).input_fields - {"model_path", "instances_dir"}):
+                value = getattr(ecfg, name)
+                if value and not is_uri(value) and not Path(value).exists():
+                    raise UserError(f"evaluation.{kind}.{name}: {value} not found")
     if stage in ("all", "data"):
         from data_jobs.readers import expand_inputs
 

@@ -169,3 +169,21 @@ def test_missing_input_is_one_line_error_before_any_flow(tmp_path, capsys):
     assert main(["pipeline", "--config", str(cfg), "--stage", "data"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertflow: error: ") and "absent.txt" in err[0]
+
+
+def test_preflight_names_a_file_root_and_missing_task_data_before_any_flow(tmp_path):
+    """Found by hand (issue 24): a file given as output_root, and a GLUE directory that does not exist, used
+    to fail inside a flow run (the second only after data and training had run): one line up front."""
+    from contracts.common import UserError
+    from flows.pipeline import preflight
+
+    (tmp_path / "afile").write_text("mine\n")
+    with pytest.raises(UserError, match=rf"^output_root: {tmp_path / 'afile'} is a file, not a directory$"):
+        preflight(demo_config(str(tmp_path / "afile")), "all")
+    data = demo_config(str(tmp_path / "out")).model_dump(mode="json")
+    data["evaluation"]["glue"] = {"glue_dir": str(tmp_path / "nowhere"), "tasks": ["SST-2"]}
+    cfg = PipelineConfig.model_validate(data)
+    for stage in ("all", "eval"):
+        with pytest.raises(UserError, match=rf"^evaluation\.glue\.glue_dir: {tmp_path / 'nowhere'} not found$"):
+            preflight(cfg, stage)
+    assert (tmp_path / "afile").read_text() == "mine\n" and not (tmp_path / "out").exists()
