@@ -21,6 +21,7 @@ BAD_INPUT_REASONS = {
     "empty": "empty file (or only whitespace)",
     "binary": "binary data (NUL bytes), not text",
     "corrupt_compression": "the decompressor cannot read it",
+    "compression_bomb": "expands over 200 times its compressed size (a decompression bomb?)",
     "corrupt_parquet": "not a readable Parquet file",
     "bad_surrogate": "a lone surrogate escape (not encodable as UTF-8)",
     "file_name_not_utf8": "a file name that is not valid UTF-8",

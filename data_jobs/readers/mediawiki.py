@@ -15,7 +15,7 @@ from typing import Iterator
 import mwparserfromhell
 
 from data_jobs.readers.base import Document, ReadStats
-from data_jobs.readers.textio import STREAM_ERRORS, open_binary
+from data_jobs.readers.textio import STREAM_ERRORS, CompressionBomb, open_binary
 from data_jobs.segment import split_paragraph
 
 # Tags whose content is not running prose.
@@ -90,7 +90,8 @@ def read_mediawiki(path: str, source: str, config, stats: ReadStats) -> Iterator
         except ET.ParseError as err:
             stats.bad_document(path, "malformed_xml", str(err))
         except STREAM_ERRORS as err:
-            stats.bad_document(path, "truncated", type(err).__name__)
+            why = "compression_bomb" if isinstance(err, CompressionBomb) else "truncated"
+            stats.bad_document(path, why, type(err).__name__)
 
 
 def _page_to_document(page: dict, path: str, source: str, config, stats: ReadStats) -> Document | None:

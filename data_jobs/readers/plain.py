@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from data_jobs.readers.base import Document, ReadStats
-from data_jobs.readers.textio import BadLine, BookBreak, iter_lines, strip_gutenberg_lines
+from data_jobs.readers.textio import ENDS_STREAM, BadLine, BookBreak, iter_lines, strip_gutenberg_lines
 from data_jobs.segment import normalize_space, split_paragraph
 
 
@@ -25,7 +25,7 @@ def read_bert(path: str, source: str, config, stats: ReadStats) -> Iterator[Docu
             line = ""  # the next book starts a new document
         if isinstance(line, BadLine):
             bad = bad or line.reason
-            if line.reason != "truncated":
+            if line.reason not in ENDS_STREAM:
                 continue
             line = ""  # a truncated stream ends the document in progress
         text = normalize_space(line)
@@ -56,7 +56,7 @@ def read_books(path: str, source: str, config, stats: ReadStats) -> Iterator[Doc
     for line in strip_gutenberg_lines(iter_lines(path, config.max_line_bytes)):
         if isinstance(line, BadLine):
             bad = bad or line.reason
-            if line.reason == "truncated":
+            if line.reason in ENDS_STREAM:
                 break
             continue
         if isinstance(line, BookBreak):

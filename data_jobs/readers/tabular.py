@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from contracts.common import UserError
 from data_jobs.readers.base import Document, ReadStats, encodable
-from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, iter_lines, open_binary
+from data_jobs.readers.textio import COMPRESSIONS, STREAM_ERRORS, BadLine, CompressionBomb, iter_lines, open_binary
 from data_jobs.segment import split_sentences
 
 
@@ -98,7 +98,8 @@ def read_parquet(path: str, source: str, config, stats: ReadStats) -> Iterator[D
                 with open_binary(path) as src, open(plain, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
             except STREAM_ERRORS as err:
-                stats.bad_file(path, "truncated", type(err).__name__)
+                stats.bad_file(path, "compression_bomb" if isinstance(err, CompressionBomb) else "truncated",
+                               type(err).__name__)
                 return
             yield from _read_parquet_file(plain, path, source, config, stats)
         return

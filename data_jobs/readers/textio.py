@@ -26,7 +26,7 @@ PROBE_BYTES = 8192
 class BadLine(NamedTuple):
     """Marker yielded in place of a line that could not be used; ``reason`` names why."""
 
-    reason: str  # "invalid_utf8" | "line_too_long" | "truncated"
+    reason: str  # "invalid_utf8" | "line_too_long" | "truncated" | "compression_bomb"
 
 
 class BookBreak(NamedTuple):
@@ -37,6 +37,17 @@ Line = Union[str, BadLine, BookBreak]
 
 
 STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, zstandard.ZstdError)
+
+# A compressed input may expand at most MAX_EXPANSION times over its compressed size (text: 3-10x, very
+# repetitive markup 20-50x); far above, it is a decompression bomb. Checked once BOMB_FLOOR bytes came
+# out, so memory and time stay bounded whatever the file expands to (1 GB of newlines from a 1 MB .gz).
+MAX_EXPANSION = 200
+BOMB_FLOOR = 16 << 20
+ENDS_STREAM = ("truncated", "compression_bomb")  # BadLine reasons after which nothing more is read
+
+
+class CompressionBomb(EOFError):
+    """A compressed stream that expanded past MAX_EXPANSION times the compressed bytes read so far."""
 
 
 def base_name(path: str | Path) -> str:
@@ -55,6 +66,7 @@ class _ZstdTruncationCheck(io.RawIOBase):
         self._fh = raw
         self._dobj = self._new()
         self._pending = b""
+        self._input = memoryview(b"")
         self._eof = False
         self._in_frame = False  # inside a frame whose end has not been seen yet
 
@@ -65,14 +77,21 @@ class _ZstdTruncationCheck(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # zstandard's decompressobj returns all the output of what it is fed, and one compressed byte can
+    # stand for up to 32 KB (an RLE block): fed FEED bytes at a time, one call makes at most ~8 MB, so a
+    # decompression bomb is caught by _Bounded before it fills memory.
+    FEED = 256
+
     def readinto(self, buf) -> int:  # type: ignore[override]
         while not self._pending and not self._eof:
-            chunk = self._fh.read(1 << 16)
-            if not chunk:
+            if not self._input:
+                self._input = memoryview(self._fh.read(1 << 16))
+            if not self._input:
                 self._eof = True
                 if self._in_frame:
                     raise EOFError("zstd stream ended before the end of its frame (truncated)")
                 break
+            chunk, self._input = bytes(self._input[: self.FEED]), self._input[self.FEED:]
             if self._dobj.eof:  # the previous frame ended exactly at a chunk boundary
                 self._dobj = self._new()
             self._pending = self._dobj.decompress(chunk)
@@ -92,16 +111,64 @@ class _ZstdTruncationCheck(io.RawIOBase):
         super().close()
 
 
+class _Counted(io.RawIOBase):
+    """A raw file that counts the bytes read from it (the compressed side of a stream)."""
+
+    def __init__(self, raw: BinaryIO):
+        self._fh, self.n = raw, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        n = self._fh.readinto(buf)
+        self.n += n or 0
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+class _Bounded(io.RawIOBase):
+    """The decompressed side of a stream; raises CompressionBomb when it outgrows MAX_EXPANSION times the
+    compressed bytes read (past BOMB_FLOOR)."""
+
+    def __init__(self, decompressed, counted: _Counted, path: str):
+        self._fh, self._counted, self._path, self.out = decompressed, counted, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        n = self._fh.readinto(buf)
+        self.out += n or 0
+        if self.out > BOMB_FLOOR and self.out > MAX_EXPANSION * max(1, self._counted.n):
+            raise CompressionBomb(f"{self._path}: {self.out:,} bytes out of {self._counted.n:,} compressed")
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            self._counted.close()
+            super().close()
+
+
 @contextmanager
 def open_binary(path: str | Path) -> Iterator[BinaryIO]:
-    """Open ``path`` for streaming reads, decompressing ``.gz``/``.bz2``/``.zst`` on the fly."""
+    """Open ``path`` for streaming reads, decompressing ``.gz``/``.bz2``/``.zst`` on the fly (bounded:
+    a stream expanding past MAX_EXPANSION times its compressed size raises CompressionBomb)."""
     p = str(path)
-    if p.endswith(".gz"):
-        fh: BinaryIO = gzip.open(p, "rb")  # type: ignore[assignment]
-    elif p.endswith(".bz2"):
-        fh = bz2.open(p, "rb")  # type: ignore[assignment]
-    elif p.endswith(".zst"):
-        fh = io.BufferedReader(_ZstdTruncationCheck(open(p, "rb")), 1 << 16)  # type: ignore[assignment]
+    if p.endswith(COMPRESSIONS):
+        counted = _Counted(open(p, "rb"))  # type: ignore[arg-type]
+        if p.endswith(".gz"):
+            dec = gzip.GzipFile(fileobj=counted, mode="rb")
+        elif p.endswith(".bz2"):
+            dec = bz2.BZ2File(counted, "rb")
+        else:
+            dec = _ZstdTruncationCheck(counted)  # type: ignore[arg-type]
+        fh: BinaryIO = io.BufferedReader(_Bounded(dec, counted, p), 1 << 16)  # type: ignore[assignment]
     else:
         fh = open(p, "rb")
     try:
@@ -137,7 +204,8 @@ def iter_lines(path: str | Path, max_line_bytes: int) -> Iterator[Line]:
     """Decoded lines without their line ends (LF or CRLF), BOM removed; problems as BadLine.
 
     A line longer than ``max_line_bytes`` is skipped in bounded chunks and reported once. A stream that
-    ends early (cut-off download) yields ``BadLine("truncated")`` and stops.
+    ends early (cut-off download) yields ``BadLine("truncated")`` and stops; one expanding like a
+    decompression bomb yields ``BadLine("compression_bomb")`` and stops.
     """
     with open_binary(path) as fh:
         first = True
@@ -149,6 +217,9 @@ def iter_lines(path: str | Path, max_line_bytes: int) -> Iterator[Line]:
                         pass
                     yield BadLine("line_too_long")
                     continue
+            except CompressionBomb:
+                yield BadLine("compression_bomb")
+                return
             except STREAM_ERRORS:
                 yield BadLine("truncated")
                 return

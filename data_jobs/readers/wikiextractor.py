@@ -15,7 +15,7 @@ import re
 from typing import Iterator
 
 from data_jobs.readers.base import Document, ReadStats
-from data_jobs.readers.textio import BadLine, iter_lines
+from data_jobs.readers.textio import ENDS_STREAM, BadLine, iter_lines
 from data_jobs.segment import split_paragraph
 
 _DOC_START = re.compile(r"^<doc\b([^>]*)>\s*$")
@@ -31,9 +31,9 @@ def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iter
     outside_runs: list[int] = []  # first line of each run of text outside <doc>...</doc>
     for lineno, line in enumerate(iter_lines(path, config.max_line_bytes), start=1):
         if isinstance(line, BadLine):
-            if attrs is not None or line.reason == "truncated":
-                bad = bad or line.reason
-            if line.reason == "truncated":
+            if attrs is not None or line.reason in ENDS_STREAM:
+                bad = line.reason if line.reason in ENDS_STREAM else bad or line.reason
+            if line.reason in ENDS_STREAM:
                 break
             continue
         m = _DOC_START.match(line)
@@ -66,7 +66,8 @@ def read_wikiextractor(path: str, source: str, config, stats: ReadStats) -> Iter
             sentences.extend(split_paragraph(line, config.sentence_splitter))
     if attrs is not None or bad:
         # The file ended inside a <doc>: a cut-off file, the partial article is not kept.
-        stats.bad_document(path, "truncated", "ends inside a <doc>")
+        why = "compression_bomb" if bad == "compression_bomb" else "truncated"
+        stats.bad_document(path, why, "stops inside a <doc>" if why != "truncated" else "ends inside a <doc>")
     if not seen_doc and outside_runs:
         # Plain text read as WikiExtractor output: a whole file of text, not one document in it.
         stats.bad_file(path, "no_documents")
