@@ -189,8 +189,11 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     import yaml  # here: a CLI given only flags does not pay its import
 
     p = str(path) if "://" in str(path) else Path(path)
+    raw = _config_bytes(p)
+    if len(raw) > MAX_CONFIG_BYTES:  # PyYAML parses a 50 MB file for minutes
+        raise UserError(f"{p}: {len(raw):,} bytes; a config is at most {MAX_CONFIG_BYTES:,} bytes (not a config file?)")
     try:
-        data = yaml.load(_config_bytes(p).decode("utf-8"), Loader=_strict_loader())
+        data = yaml.load(raw.decode("utf-8"), Loader=_strict_loader())
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         mark = getattr(err, "problem_mark", None)
@@ -202,7 +205,44 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise UserError(f"{p}: expected a mapping of config keys at the top level")
+    problem = _expansion_problem(data)
+    if problem:
+        raise UserError(f"{p}: not a usable config: {problem}")
     return data
+
+
+MAX_CONFIG_BYTES = 4 << 20
+MAX_CONFIG_VALUES = 100_000  # values once YAML's aliases are expanded; a real config has hundreds
+
+
+def _expansion_problem(data: Any) -> str | None:
+    """Why ``data`` (as YAML built it: aliases are shared objects) cannot be used as a config: a value that
+    contains itself, or aliases that expand to more than MAX_CONFIG_VALUES values (a "billion laughs").
+    Iterative, each shared object sized once."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_ids: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            open_ids.discard(key)
+            sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            if sizes[key] > MAX_CONFIG_VALUES:
+                return (f"its aliases expand to more than {MAX_CONFIG_VALUES:,} values "
+                        "(a 'billion laughs' document?)")
+            continue
+        if key in sizes:
+            continue
+        if key in open_ids:
+            return "a value refers to itself through a YAML alias"
+        open_ids.add(key)
+        stack.append((node, True))
+        stack += [(c, False) for c in children if isinstance(c, (dict, list))]
+    return None
 
 
 def _config_bytes(path: str | Path) -> bytes:

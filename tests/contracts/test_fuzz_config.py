@@ -10,6 +10,7 @@ duplicated keys, a top level that is a list or a scalar, deep nesting. Settings:
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import typing
 from pathlib import Path
@@ -199,8 +200,17 @@ RAW = st.one_of(
     DEPTHS.map(lambda n: "[" * n + "]" * n),  # deep cases cost ~2 s each (PyYAML unwinding): few depths
     DEPTHS.map(lambda n: "a:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(min(n, 3000)))),
     DEPTHS.map(lambda n: "inputs: " + "{a: " * n + "1" + "}" * n),
+    st.builds(lambda levels, width, key: laughs(levels, width, key), st.integers(1, 12), st.integers(1, 12),
+              st.sampled_from(["inputs", "model_overrides", "extra", "phases"])),
     st.text(max_size=200),
 )
+
+
+def laughs(levels: int, width: int, key: str = "inputs") -> str:
+    """A 'billion laughs' config: each level an anchored list of ``width`` aliases to the level below,
+    the last one under ``key`` (width ** levels values once expanded, a few hundred bytes of YAML)."""
+    lines = ["l0: &l0 [lol]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines + [f"{key}: *l{levels - 1}", "output_dir: o", ""])
 
 
 @given(text=RAW, model=st.sampled_from(list(MINIMAL)))
@@ -244,13 +254,28 @@ def test_flags_hostile_values(model, data):
     assert not isinstance(data, str), f"{argv} accepted"
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "a:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(3000)),
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "a:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(1400)),
                                   "inputs: " + "{a: " * 100_000 + "1" + "}" * 100_000])
 def test_found_deep_yaml_outside_hypothesis(tmp_path, text):
     """Deep YAML at the interpreter's default recursion limit (Hypothesis raises it while a property runs)."""
     p = tmp_path / "config.yaml"
     p.write_text(text, encoding="utf-8")
     with pytest.raises(UserError, match="nested too deeply"):
+        load_config(ShardConfig, p)
+
+
+@pytest.mark.parametrize("text, line", [
+    (laughs(10, 9), "its aliases expand to more than 100,000 values (a 'billion laughs' document?)"),
+    (laughs(10, 9, "model_overrides"), "its aliases expand to more than 100,000 values"),
+    ("inputs: &a [x, *a]\noutput_dir: o\n", "a value refers to itself through a YAML alias"),
+    ("inputs: [x]\noutput_dir: o\n# " + "x" * (5 << 20) + "\n", "a config is at most 4,194,304 bytes"),
+])
+def test_config_resource_limits(tmp_path, text, line):
+    """Found by hand (issue 24): a billion-laughs config hung the CLI (the depth check walked 9 ** 9 values),
+    a 50 MB one took PyYAML minutes. Each is one line now, in milliseconds, before any validation."""
+    p = tmp_path / "config.yaml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=re.escape(line)):
         load_config(ShardConfig, p)
 
 
