@@ -20,7 +20,8 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "bertflow-test", "AWS_SECRET_ACCESS_KEY": "bertfl
 
 
 class S3Server:
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, server_env: dict[str, str] | None = None):
+        self.server_env = server_env or {}  # e.g. INITIAL_NO_AUTH_ACTION_COUNT: moto then checks credentials
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = log_dir / "moto.log"
@@ -32,7 +33,8 @@ class S3Server:
     def start(self) -> "S3Server":
         with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("s3_serve.py")), "127.0.0.1", str(self.port)],
-                                         stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                                         stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, **self.server_env})
         deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
