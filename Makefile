@@ -46,7 +46,7 @@ test-fast: $(STAMP)
 
 # The generator-based hostile tests (issue 24) with many examples (the suite runs them short and seeded):
 # BERTFLOW_FUZZ_EXAMPLES per property (default 2000); interesting cases are kept in .hypothesis/ between runs.
-FUZZ_TESTS := tests/contracts/test_fuzz_config.py tests/data_jobs/test_fuzz_readers.py tests/data_jobs/test_fuzz_formats.py tests/data_jobs/test_fuzz_shard.py tests/evaluation/test_fuzz_eval_readers.py tests/contracts/test_fuzz_records.py
+FUZZ_TESTS := tests/contracts/test_fuzz_config.py tests/data_jobs/test_fuzz_readers.py tests/data_jobs/test_fuzz_formats.py tests/data_jobs/test_fuzz_shard.py tests/evaluation/test_fuzz_eval_readers.py tests/contracts/test_fuzz_records.py tests/contracts/test_fuzz_records_s3.py
 fuzz: $(STAMP)
 	BERTFLOW_FUZZ=long $(BIN)/python -m pytest -q -p no:cacheprovider $(FUZZ_TESTS)
 

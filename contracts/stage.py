@@ -119,7 +119,7 @@ class LocationDir:
     def read_json(self, name: str) -> Any:
         try:
             return json.loads(self.loc.read(name))
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError, RecursionError):  # as LocalDir: unreadable is no record
             return None
 
     def write_json(self, name: str, obj: Any) -> None:

@@ -131,6 +131,8 @@ class Registry:
             body = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as err:
             raise UserError(f"{where}: corrupt {what}: not JSON ({str(err).splitlines()[0]})") from None
+        except RecursionError:
+            raise UserError(f"{where}: corrupt {what}: JSON nested too deeply") from None
         if not isinstance(body, dict):
             raise UserError(f"{where}: corrupt {what}: not a JSON object")
         checksum = body.pop("checksum", None)
