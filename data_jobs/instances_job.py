@@ -35,7 +35,7 @@ import numpy as np
 
 from contracts.common import NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash
 from data_jobs.config import InstancesConfig
-from data_jobs.job_output import fetched, join, publish, staged, write_json
+from data_jobs.job_output import fetched, join, kept_copy, publish, staged, write_json
 from data_jobs.shard_read import read_documents, read_flat
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from contracts.stage import StageDir, Storage, store_for
@@ -91,8 +91,7 @@ def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, 
     rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
     with fetched(shard_path, shard_expect) as local:
         docs = read_documents(str(local), rows)
-    with fetched(vocab_file, vocab_expect) as local:
-        tok = _tokenizer(str(local), lowercase)
+    tok = _tokenizer(str(kept_copy(vocab_file, vocab_expect) if vocab_expect else vocab_file), lowercase)
     region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
     return pool_sample(tok, docs, [(shard << 32) | r for r in rows], region_chars, max_seq_length, rng)
 
@@ -108,9 +107,9 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     cfg = InstancesConfig.model_validate(cfg_json)
     with fetched(shard_path, (expect or {}).get(shard_path)) as local:
         sentences, per_doc = read_flat(str(local))
-    with fetched(vocab["vocab_file"], vocab["expect"]) as local:
-        tok = _tokenizer(str(local), vocab["lowercase"])
-        words = read_vocab(local) if cfg.whole_word_masking else None
+    local = kept_copy(vocab["vocab_file"], vocab["expect"]) if vocab["expect"] else Path(vocab["vocab_file"])
+    tok = _tokenizer(str(local), vocab["lowercase"])
+    words = read_vocab(local) if cfg.whole_word_masking else None
     td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
     del sentences
     is_cont = None

@@ -102,3 +102,29 @@ def fetched(path: str, expect: tuple[int, str] | None = None) -> Iterator[Path]:
     parent, _, name = path.rstrip("/").rpartition("/")
     with local_copy(parent, [(name, *expect)]) as work:
         yield work / name
+
+
+def kept_copy(path: str, expect: tuple[int, str]) -> Path:
+    """A small input (a vocab) as a local path that stays: ``path`` itself where it is local; else a
+    node-local copy named by its checksum (``expect`` = (bytes, sha256) from its manifest), fetched and
+    checked once and shared by the node's workers and tasks, so what they cache by path (the tokenizer
+    and its chunk-id cache) is reused across shards instead of rebuilt from a fresh temporary copy."""
+    if not is_uri(path):
+        return Path(path)
+    import os
+
+    size, digest = expect
+    dest = scratch_root() / f"bertflow-kept-{digest[:24]}" / path.rstrip("/").rpartition("/")[2]
+    if dest.is_file() and dest.stat().st_size == size:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with fetched(path, expect) as local:  # downloaded and checked (size, SHA-256)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
+        os.close(fd)
+        try:
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, dest)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return dest
