@@ -54,8 +54,12 @@ def _guarded_call(fn: Callable, where: str, args: tuple, kwargs: dict) -> Any:
         return _Failed(f"{err.filename or where}: {text}")
 
 
-def _ray_call(fn: Callable, where: str, args: tuple, keys: tuple, *values: Any) -> Any:
+def _ray_call(fn: Callable, where: str, args: tuple, keys: tuple, storage: Optional[dict], *values: Any) -> Any:
     # Shared values travel as top-level arguments: Ray resolves only those ObjectRefs.
+    if storage is not None:  # a cluster this process started: its workers reach the driver's store
+        for k in [k for k in os.environ if k.startswith(STORAGE_ENV_PREFIXES) and k not in storage]:
+            del os.environ[k]
+        os.environ.update(storage)
     return _guarded_call(fn, where, args, dict(zip(keys, values)))
 
 
@@ -323,12 +327,16 @@ def _run_ray(fn, calls, limit, resources, ray_address, shared, max_retries, wher
         name=getattr(fn, "__name__", "task"))
     keys = tuple(shared)
     refs = [ray.put(shared[k]) for k in keys]
+    # A local cluster's workers were started with the environment of that moment (a test session's, a
+    # notebook's): each task takes this process's object-store settings as they are now, as local
+    # processes do. A cluster at an address keeps its own (its nodes' credentials, the runtime env).
+    storage = None if (ray_address or os.environ.get("RAY_ADDRESS")) else _storage_env()
     results: list = [None] * len(calls)
     pending: dict = {}
     nxt = 0
     while nxt < len(calls) or pending:
         while nxt < len(calls) and len(pending) < limit:
-            pending[remote.remote(fn, where, calls[nxt], keys, *refs)] = nxt
+            pending[remote.remote(fn, where, calls[nxt], keys, storage, *refs)] = nxt
             nxt += 1
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:

@@ -64,7 +64,8 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
     # nothing on local disk: no stray directory named after the URI; on scratch only the node's copies
     # of what it read (the checkpoints the evaluation scored, the vocab training checked), no staging left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
-    assert {p.name.rsplit("-", 1)[0] for p in scratch.iterdir()} == {"bertflow-model", "bertflow-vocab"}
+    # (the vocab twice: kept by the instances workers, fetched by training; both named by content)
+    assert {p.name.rsplit("-", 1)[0] for p in scratch.iterdir()} == {"bertflow-model", "bertflow-vocab", "bertflow-kept"}
 
     # the same config on local disk, in a process of its own (this one's evaluation pinned torch to one
     # thread, which changes float sums): the same datasets, weights and held-out numbers
