@@ -38,9 +38,27 @@ def run_jobs(fn: Job, jobs: Sequence[tuple], cfg: EvalBase, desc: str) -> list[d
     if not jobs:
         return []
     # A failed fine-tune fails the same way again: max_retries 0, report it instead.
-    return fan_out(fn, jobs, desc=desc, max_in_flight=len(jobs) if cfg.use_ray else 1,
-                   num_cpus=cfg.cpus_per_task, num_gpus=cfg.gpus_per_task,
-                   engine="ray" if cfg.use_ray else "local", ray_address=cfg.ray_address, max_retries=0)
+    with _threads_kept(not cfg.use_ray):
+        return fan_out(fn, jobs, desc=desc, max_in_flight=len(jobs) if cfg.use_ray else 1,
+                       num_cpus=cfg.cpus_per_task, num_gpus=cfg.gpus_per_task,
+                       engine="ray" if cfg.use_ray else "local", ray_address=cfg.ray_address, max_retries=0)
+
+
+@contextmanager
+def _threads_kept(in_process: bool) -> Iterator[None]:
+    """Jobs run in this process (``use_ray=False``) pin torch's threads (``worker_threads``); give the
+    process its count back afterwards, or whatever it runs next (a flow's next training phase) computes
+    with other float sums than it would have alone."""
+    if not in_process:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def progress(cfg: EvalBase) -> bool:

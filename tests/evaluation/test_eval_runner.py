@@ -51,3 +51,26 @@ def test_user_file_beside_a_finished_evaluation_is_refused(tmp_path, capsys):
     assert len(err) == 1 and "my_notes.md" in err[0], err
     assert (out / "my_notes.md").read_bytes() == BODY and (out / "report.md").read_text() == "ours"
     assert json.loads((out / runner.STAGE_RECORD).read_text())["config_hash"] == "an earlier config"
+
+
+def _pinned_job(n: int) -> dict:
+    import torch
+
+    runner.worker_threads(n)
+    return {"threads": torch.get_num_threads()}
+
+
+def test_jobs_in_this_process_give_torch_threads_back(tmp_path):
+    """An in-process evaluation pins torch to ``threads_per_task`` inside its jobs, and gives the process
+    its count back: what runs next in the same process (a flow's next phase) computes as it would alone."""
+    import torch
+
+    cfg = IntrinsicConfig(model_path=str(tmp_path / "model"), instances_dir=str(tmp_path / "heldout"),
+                          output_dir=str(tmp_path / "eval"), use_ray=False, show_progress=False)
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    try:
+        assert runner.run_jobs(_pinned_job, [(other,)], cfg, desc="pin") == [{"threads": other}]
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)

@@ -67,8 +67,9 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
     # (the vocab twice: kept by the instances workers, fetched by training; both named by content)
     assert {p.name.rsplit("-", 1)[0] for p in scratch.iterdir()} == {"bertflow-model", "bertflow-vocab", "bertflow-kept"}
 
-    # the same config on local disk, in a process of its own (this one's evaluation pinned torch to one
-    # thread, which changes float sums): the same datasets, weights and held-out numbers
+    # the same config on local disk, in a process of its own: the same datasets, weights and held-out
+    # numbers (this process ran other tests before; an in-process evaluation gives torch's thread count
+    # back, evaluation.runner._threads_kept, or the weights here would differ by float sums)
     local_cfg = demo_config(str(tmp_path / "local"), max_steps=args.max_steps)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     proc = subprocess.run([sys.executable, "-m", "flows.demo", "--output-root", str(tmp_path / "local"),
