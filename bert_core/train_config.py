@@ -20,6 +20,9 @@ class TrainConfig(StrictModel):
 
     model_config = ConfigDict(**StrictModel.model_config, protected_namespaces=())
     input_fields = frozenset({"data_dir", "init_from"})  # identity: the dataset's, the checkpoints'
+    # where and how widely it runs, how it logs and how many checkpoints it keeps: never the weights
+    run_fields = frozenset({"output_dir", "launcher", "num_workers", "hostfile", "ray_address", "log_every",
+                            "tensorboard", "save_every", "keep_last", "peak_tflops"})
 
     # --- what to train, on what -------------------------------------------------------------
     model: Union[str, ModelConfig] = Field(

@@ -29,16 +29,6 @@ class UserError(Exception):
     """
 
 
-# THE hashing rule, for every config. Fields that say where or how widely a job runs, or how it reports
-# progress, never change what it produces, so they never enter a config hash: a rerun with more workers,
-# another cluster address or the output moved elsewhere is the same job.
-RUN_FIELDS = frozenset({
-    "output_dir", "num_workers", "ray_address", "overwrite", "show_progress",  # data jobs, evaluations
-    "launcher", "hostfile", "log_every", "tensorboard", "save_every", "keep_last", "peak_tflops",  # training
-    "use_ray", "cpus_per_task", "gpus_per_task",  # evaluations
-})
-
-
 class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected, validated on assignment."""
 
@@ -50,11 +40,23 @@ class StrictModel(BaseModel):
     # manifest identity, a file's size and checksum), so the same inputs addressed as ``out/docs`` or
     # ``/abs/out/docs``, or copied elsewhere, are recognised, and inputs edited in place are not.
     input_fields: ClassVar[frozenset[str]] = frozenset()
-    # Fields that say where or how widely the job runs (RUN_FIELDS, plus any a config adds).
-    run_fields: ClassVar[frozenset[str]] = RUN_FIELDS
+    # THE hashing rule, for every config: fields that say where or how widely a job runs, or how it
+    # reports progress, never change what it produces, so they never enter a config hash (a rerun with
+    # more workers, another cluster address or the output moved elsewhere is the same job). Each config
+    # class names its own (a subclass adds to its base's); a name that is not one of its fields is refused
+    # when the class is defined, so no list here speaks for other packages' configs.
+    run_fields: ClassVar[frozenset[str]] = frozenset()
     # A record the program writes and reads back (a registry entry, a gate row) may hold "" (no reason
     # given); a config a user writes may not.
     empty_strings: ClassVar[bool] = False
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for kind in ("run_fields", "input_fields"):
+            unknown = set(getattr(cls, kind)) - set(cls.model_fields)
+            if unknown:
+                raise TypeError(f"{cls.__name__}.{kind} names no field of it: {sorted(unknown)}")
 
     @field_validator("*")
     @classmethod

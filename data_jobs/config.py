@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from contracts.common import RUN_FIELDS, StrictModel
+from contracts.common import StrictModel
 
 def absolute(path: Optional[str]) -> Optional[str]:
     """``path`` made absolute against this process's working directory (``~`` expanded). Done when a
@@ -25,7 +25,8 @@ InputFormat = Literal["auto", "bert", "books", "wikiextractor", "mediawiki", "js
 class RayOptions(StrictModel):
     """Where the job's Ray tasks run."""
 
-    run_fields = RUN_FIELDS | {"engine"}  # local processes or Ray: never a byte of the output
+    # how many tasks, on which cluster, local processes or Ray: never a byte of the output
+    run_fields = frozenset({"num_workers", "ray_address", "engine"})
 
     num_workers: int = Field(2, ge=1, description="parallel tasks (outputs never depend on it)")
     ray_address: Optional[str] = Field(
@@ -41,6 +42,7 @@ class ShardConfig(RayOptions):
     """raw text -> N Parquet document shards (documents assigned by a stable hash of doc_id)."""
 
     input_fields = frozenset({"inputs"})  # identity: each file's name under the input root, size, SHA-256
+    run_fields = RayOptions.run_fields | {"output_dir", "overwrite"}
 
     inputs: list[str] = Field(
         ..., min_length=1, description="files, directories or globs, local or object-store (s3://bucket/prefix[/*.txt]); "
@@ -79,6 +81,7 @@ class VocabConfig(StrictModel):
     """Train a WordPiece vocab over document shards, or adopt an existing vocab.txt."""
 
     input_fields = frozenset({"shards_dir", "vocab_file"})  # identity: the dataset's, or the file's tokens
+    run_fields = frozenset({"output_dir"})
 
     shards_dir: Optional[str] = Field(None, description="documents dataset to train on (unused with vocab_file)")
     output_dir: str = Field(..., description="directory or s3:// prefix receiving vocab.txt and manifest.json")
@@ -109,6 +112,7 @@ class InstancesConfig(RayOptions):
     """Document shards -> static MLM/NSP instances, as Google's create_pretraining_data.py makes them."""
 
     input_fields = frozenset({"shards_dir", "vocab_dir"})  # identity: the two datasets'
+    run_fields = RayOptions.run_fields | {"output_dir"}
 
     shards_dir: str = Field(..., description="documents dataset (output of the shard job)")
     vocab_dir: str = Field(..., description="vocab dataset (output of the vocab job)")

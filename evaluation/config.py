@@ -20,6 +20,8 @@ class EvalBase(StrictModel):
     """What is evaluated, with which vocab, where the results go and how the jobs are spread."""
 
     input_fields = frozenset({"model_path", "vocab_file"})  # by content identity (bert_core.identity)
+    # where the results go and how the jobs are spread (threads_per_task is not one: it changes float sums)
+    run_fields = frozenset({"output_dir", "use_ray", "ray_address", "cpus_per_task", "gpus_per_task", "show_progress"})
 
     model_path: str = Field(..., description="Hugging Face BERT directory, bertflow checkpoint dir or training run dir")
     model_format: Literal["auto", "hf", "checkpoint"] = Field(

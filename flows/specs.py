@@ -24,6 +24,7 @@ def spec_of(model: type[BaseModel], drop: Iterable[str], name: str, doc: str | N
         key: (info.annotation, info) for key, info in model.model_fields.items() if key not in drop
     }
     spec = create_model(name, __base__=StrictModel, __module__=__name__, **fields)
+    spec.run_fields = frozenset(getattr(model, "run_fields", frozenset()) - drop)
     spec.__doc__ = doc or f"{model.__name__} without the paths the pipeline derives ({', '.join(sorted(drop))})."
     return spec
 
