@@ -2,8 +2,12 @@
 asks for, in the CLI (``bertflow train``, ``python -m bert_core.train``) and in the flows alike.
 
     local      ``train.run`` in this process
-    torchrun   ``torchrun --nproc_per_node num_workers -m bert_core.train`` (each rank trains)
-    deepspeed  the ``deepspeed`` launcher (``--hostfile`` for several nodes, else num_workers processes)
+    torchrun   ``torchrun --nproc_per_node num_workers -m bert_core.rank CONFIG.json`` (each rank trains)
+    deepspeed  the ``deepspeed`` launcher (``--hostfile`` for several nodes, else num_workers processes),
+               starting the same rank entry point
+
+The ranks it starts read the config it wrote (``bert_core.rank``: JSON of every field, then
+``train.run``); they never parse this CLI again.
     ray        Ray Train workers (``bert_core.ray_train``) on ``ray_address`` or a local cluster
 
 A process that torchrun or deepspeed already started (RANK/LOCAL_RANK in its environment) is a rank:
@@ -24,9 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import yaml
-
-from bert_core import train
+from bert_core import rank, train
 from bert_core.remote_run import scratch_mirror
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
@@ -45,7 +47,7 @@ def is_rank() -> bool:
     return "LOCAL_RANK" in os.environ or "RANK" in os.environ
 
 
-PREVIOUS_GOOD = "previous-good"
+PREVIOUS_GOOD = rank.PREVIOUS_GOOD
 
 
 def _resume_mode(text: str) -> str:
@@ -67,10 +69,9 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
     return TrainResult.from_run_dir(_spawn(config, resume, log))
 
 
-def command(config: TrainConfig, cfg_file: Path, resume: bool) -> list[str]:
-    """The torchrun / deepspeed command line starting the ranks of ``config``."""
-    script = ["-m", "bert_core.train", "--config", str(cfg_file)] + (["--resume"] if resume else [])
-    script += [PREVIOUS_GOOD] if resume == PREVIOUS_GOOD else []
+def command(config: TrainConfig, cfg_file: Path, resume: bool | str) -> list[str]:
+    """The torchrun / deepspeed command line starting the ranks of ``config`` (each ``bert_core.rank``)."""
+    script = rank.command(cfg_file, resume)
     bindir = Path(sys.executable).parent
     if config.launcher == "torchrun":
         return [str(bindir / "torchrun"), f"--nproc_per_node={config.num_workers}", *script]
@@ -88,16 +89,15 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
         read_hostfile(config.hostfile)  # an unknown host: one clear error now, not an ssh timeout later
     if is_uri(config.output_dir):  # an s3:// run (bert_core.remote_run): the ranks' config on local scratch
         run_dir: Path | str = config.output_dir
-        cfg_file = scratch_mirror(config.output_dir).with_suffix(".launch.yaml")
+        cfg_file = scratch_mirror(config.output_dir).with_suffix(".launch.json")
         if config.hostfile:  # every node reads it: where DeepSpeed's multi-node runner starts them (the cwd)
             cfg_file = Path.cwd() / f".{cfg_file.name}"
-        data = config.model_dump(mode="json")
+        launched = config
     else:
         run_dir = Path(config.output_dir).resolve()
-        cfg_file = run_dir.parent / f".{run_dir.name}.launch.yaml"
-        data = config.model_copy(update={"output_dir": str(run_dir)}).model_dump(mode="json")
-    cfg_file.parent.mkdir(parents=True, exist_ok=True)
-    cfg_file.write_text(yaml.safe_dump(data), encoding="utf-8")
+        cfg_file = run_dir.parent / f".{run_dir.name}.launch.json"
+        launched = config.model_copy(update={"output_dir": str(run_dir)})
+    rank.write_config(launched, cfg_file)
     try:
         return _spawned(config, cfg_file, resume, log, run_dir)
     finally:

@@ -36,12 +36,13 @@ def test_pipeline_config_refuses_them_too():
 
 def test_commands_of_each_launcher(tmp_path):
     cfg = build_config(TrainConfig, {**BASE, "engine": "deepspeed", "launcher": "torchrun", "num_workers": 3})
-    cmd = launch.command(cfg, tmp_path / "c.yaml", resume=True)
+    cmd = launch.command(cfg, tmp_path / "c.json", resume=True)
     assert Path(cmd[0]).name == "torchrun" and "--nproc_per_node=3" in cmd
-    assert cmd[-5:] == ["-m", "bert_core.train", "--config", str(tmp_path / "c.yaml"), "--resume"]
-    ds = launch.command(cfg.model_copy(update={"launcher": "deepspeed"}), tmp_path / "c.yaml", resume=False)
-    assert "--num_accelerators=3" in ds and ds[ds.index("--module") + 1] == "bert_core.train"
-    multi = launch.command(cfg.model_copy(update={"launcher": "deepspeed", "hostfile": "hosts"}), tmp_path / "c.yaml", False)
+    assert cmd[-4:] == ["-m", "bert_core.rank", str(tmp_path / "c.json"), "--resume"]
+    assert launch.command(cfg, tmp_path / "c.json", resume="previous-good")[-2:] == ["--resume", "previous-good"]
+    ds = launch.command(cfg.model_copy(update={"launcher": "deepspeed"}), tmp_path / "c.json", resume=False)
+    assert "--num_accelerators=3" in ds and ds[ds.index("--module") + 1:] == ["bert_core.rank", str(tmp_path / "c.json")]
+    multi = launch.command(cfg.model_copy(update={"launcher": "deepspeed", "hostfile": "hosts"}), tmp_path / "c.json", False)
     assert multi[1:3] == ["--hostfile", "hosts"] and not any(a.startswith("--num_accelerators") for a in multi)
 
 
@@ -57,3 +58,19 @@ def test_a_rank_error_through_torchrun_is_one_line(tmp_path, monkeypatch):
         launch.launch(cfg, log=lines.append)
     assert "\n" not in str(err.value) and lines[0].startswith("launching: ")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_rank_entry_point_reads_back_every_field_and_refuses_a_bad_file(tmp_path, capsys):
+    """bert_core.rank: the launcher's JSON round-trips the config exactly; a damaged file is one line."""
+    from bert_core import rank
+
+    cfg = build_config(TrainConfig, {**BASE, "engine": "deepspeed", "launcher": "torchrun", "num_workers": 2,
+                                     "model_overrides": {"hidden_dropout_prob": 0.05}, "lr": 3e-4})
+    rank.write_config(cfg, tmp_path / "c.json")
+    assert rank.read_config(str(tmp_path / "c.json")) == cfg
+    (tmp_path / "bad.json").write_text('{"data_dir": "d", "output_dir": "o", "lr": "fast"}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for name in ("bad.json", "list.json", "missing.json"):
+        assert rank.main([str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("bertflow: error: ") and name in err[0], err
