@@ -128,34 +128,41 @@ class Lamb(torch.optim.Optimizer):
 
 
 class PartitionLayout:
-    """Which slices of one rank's flat ZeRO partition belong to which parameter of its group:
-    ``segments`` = [(parameter index in the group, offset in the partition, length)]."""
+    """One rank's flat ZeRO-1/2 partition of one param group, decoded once (``zero_partition``):
+    the rank holds [start, start + size) of the group's flattened tensors; ``segments`` = [(parameter
+    index in the group, offset in the partition, length)] of the parameters' pieces inside it."""
 
-    def __init__(self, n_params: int, segments: list[tuple[int, int, int]], process_group, world: int):
+    def __init__(self, n_params: int, segments: list[tuple[int, int, int]], process_group, world: int,
+                 rank: int = 0, size: int = 0):
         self.n_params, self.segments, self.process_group, self.world = n_params, segments, process_group, world
+        self.rank, self.size, self.start = rank, size, rank * size
 
 
-def attach_zero_partitions(lamb: Lamb, zero_optimizer) -> None:
-    """Give LAMB the parameter layout of DeepSpeed ZeRO-1/2's flat fp32 partitions.
+def zero_partition(zero_optimizer, i: int) -> PartitionLayout:
+    """THE decoding of DeepSpeed ZeRO-1/2's layout of param group ``i`` on this rank (LAMB's per-layer
+    trust ratio and the elastic resume both read it from here).
 
     DeepSpeed flattens each param group (in ``round_robin_bit16_groups`` order, each tensor followed
     by its alignment padding) and gives rank r the slice [r*size, (r+1)*size) as the group's only
     tensor; intersecting the tensors' ranges with that slice recovers the per-parameter pieces."""
     import torch.distributed as dist
 
-    lamb.partitions = {}
-    for i, flat in enumerate(zero_optimizer.single_partition_of_fp32_groups):
-        pg = zero_optimizer.real_dp_process_group[i]
-        size = int(zero_optimizer.partition_size[i])
-        start = size * dist.get_rank(group=pg)
-        segments, cur = [], 0
-        metas, pads = zero_optimizer.round_robin_bit16_meta[i], zero_optimizer.round_robin_bit16_padding[i]
-        for j, (meta, pad) in enumerate(zip(metas, pads)):
-            lo, hi = max(cur, start), min(cur + meta.numel(), start + size)
-            if lo < hi:
-                segments.append((j, lo - start, hi - lo))
-            cur += meta.numel() + pad
-        lamb.partitions[id(flat)] = PartitionLayout(len(metas), segments, pg, dist.get_world_size(group=pg))
+    pg = zero_optimizer.real_dp_process_group[i]
+    rank, size = dist.get_rank(group=pg), int(zero_optimizer.partition_size[i])
+    start, segments, cur = rank * size, [], 0
+    metas, pads = zero_optimizer.round_robin_bit16_meta[i], zero_optimizer.round_robin_bit16_padding[i]
+    for j, (meta, pad) in enumerate(zip(metas, pads)):
+        lo, hi = max(cur, start), min(cur + meta.numel(), start + size)
+        if lo < hi:
+            segments.append((j, lo - start, hi - lo))
+        cur += meta.numel() + pad
+    return PartitionLayout(len(metas), segments, pg, dist.get_world_size(group=pg), rank, size)
+
+
+def attach_zero_partitions(lamb: Lamb, zero_optimizer) -> None:
+    """Give LAMB the parameter layout of DeepSpeed ZeRO-1/2's flat fp32 partitions."""
+    lamb.partitions = {id(flat): zero_partition(zero_optimizer, i)
+                       for i, flat in enumerate(zero_optimizer.single_partition_of_fp32_groups)}
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from bert_core.optim import zero_partition
+
 OPTIM_FILE = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt")
 
 
@@ -58,7 +60,6 @@ def _reslice(pieces: list[torch.Tensor], size: int, rank: int) -> torch.Tensor:
 
 def load_resharded(engine, load_dir: Path, tag: str) -> tuple[Any, dict[str, Any]]:
     """``engine.load_checkpoint`` for a ZeRO-1/2 checkpoint written with another world size."""
-    import torch.distributed as dist
     from deepspeed.checkpoint.constants import (BASE_OPTIMIZER_STATE, GROUP_PADDINGS, OPTIMIZER_STATE_DICT,
                                                 PARAM_ALIGNMENT_PADDINGS, SINGLE_PARTITION_OF_FP32_GROUPS)
 
@@ -77,7 +78,10 @@ def load_resharded(engine, load_dir: Path, tag: str) -> tuple[Any, dict[str, Any
                                                 load_lr_scheduler_states=True)
     state: dict[str, Any] = {"state": {}, "param_groups": base["param_groups"]}
     for i, flat in enumerate(zero.single_partition_of_fp32_groups):
-        rank, size = dist.get_rank(group=zero.real_dp_process_group[i]), flat.numel()
+        layout = zero_partition(zero, i)
+        rank, size = layout.rank, layout.size
+        if flat.numel() != size:
+            raise ValueError(f"ZeRO partition of group {i} holds {flat.numel()} values, its layout says {size}")
         pads = [sd[GROUP_PADDINGS][i] for sd in saved]
         masters = [sd[SINGLE_PARTITION_OF_FP32_GROUPS][i].reshape(-1) for sd in saved]  # stored unpadded
         flat.data.copy_(_reslice(masters, size, rank))
