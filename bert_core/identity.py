@@ -53,7 +53,16 @@ def identity(path: Optional[str | Path]) -> Optional[str]:
                 return Manifest.read(str(path)).identity()
             except Exception:  # noqa: BLE001 - a corrupt manifest is simply another content
                 return stable_hash(["corrupt-manifest", location(str(path)).read(MANIFEST_NAME).hex()])
-        return remote_identity(str(path))
+        found = remote_identity(str(path))
+        if found != "missing":
+            return found
+        from contracts.common import UserError
+        from contracts.views import local_view
+
+        try:  # task data, a vocab, a Hugging Face directory: the content of this node's copy, as if local
+            return identity(local_view(str(path)))
+        except UserError:
+            return "missing"
     p = Path(path)
     if not p.exists():
         return "missing"

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 
 from contracts.common import UserError
+from contracts.storage import is_uri
+from contracts.views import local_view
 from evaluation import glue
 from evaluation.config import GlueConfig
 from evaluation.finetune import forward_inputs, predict
@@ -50,14 +52,14 @@ def job_data(cfg: GlueConfig) -> dict:
     directory (a cluster started elsewhere) reads and writes the same files as the driver."""
     data = cfg.model_dump(mode="json")
     for k in ("model_path", "glue_dir", "vocab_file", "output_dir"):
-        if data.get(k):
+        if data.get(k) and not is_uri(data[k]):
             data[k] = str(Path(data[k]).resolve())
     return data
 
 
 def _files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[dict[str, Path], dict[str, Path]]:
     """(dev files that exist, test files): only the test files are required (unless not predicted)."""
-    d = Path(cfg.glue_dir) / spec.name
+    d = local_view(cfg.glue_dir) / spec.name  # a URI: this node's copy (contracts.views)
     if not d.is_dir():
         raise UserError(f"{d}: task directory not found")
     devs = {name: d / f for name, f in spec.dev_files.items() if (d / f).is_file()}
@@ -122,7 +124,7 @@ def predict_glue(cfg: GlueConfig) -> dict:
     [job] = run_jobs(predict_job, [(job_data(cfg),)], cfg, desc="GLUE prediction")
     written = {}
     for name, preds in job["test_predictions"].items():
-        path = Path(cfg.glue_dir) / spec.name / spec.test_files[name]
+        path = local_view(cfg.glue_dir) / spec.name / spec.test_files[name]
         out = Path(cfg.output_dir) / "glue_test" / f"{name}.tsv"
         glue.write_submission(out, spec, glue.read_test_examples(spec, path, cfg.max_eval_examples), preds)
         written[name] = str(out)

@@ -22,10 +22,10 @@ from bert_core.identity import CHECKPOINTS
 from bert_core.loader import InstanceDataset
 from bert_core.losses import NO_SENTENCE_TASK
 from contracts.common import UserError, atomic_path
-from contracts.storage import is_uri
+from contracts.storage import is_uri, location
 from data_jobs.tokenization import vocab_hash
 from evaluation.config import IntrinsicConfig
-from evaluation.modeling import job_device, load_checkpoint, load_pretrained
+from evaluation.modeling import job_device, load_checkpoint, load_pretrained, model_format
 from evaluation.report import write_results
 from evaluation.runner import run_jobs, worker_threads
 
@@ -36,6 +36,9 @@ def checkpoints_of(cfg: IntrinsicConfig) -> list[tuple[int, str]]:
         from bert_core.remote_run import remote_checkpoints
 
         found = remote_checkpoints(cfg.model_path)
+        if not found and location(cfg.model_path.rstrip("/")).exists("config.json"):
+            model_format(cfg)  # a Hugging Face directory on the store (no training step), or one line why not
+            return [(0, cfg.model_path)]
         if not found:
             raise UserError(f"{cfg.model_path.rstrip('/')}: holds no complete checkpoint")
         return found if cfg.all_checkpoints else found[-1:]

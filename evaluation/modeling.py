@@ -17,6 +17,7 @@ from bert_core.hf import load_hf
 from bert_core.runtime import device_for
 from contracts.common import UserError
 from contracts.storage import is_uri
+from contracts.views import local_view
 from data_jobs.tokenization import read_vocab, vocab_hash
 from evaluation.config import EvalBase
 
@@ -27,14 +28,17 @@ CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
 
 def model_format(cfg: EvalBase) -> str:
     """'hf' or 'checkpoint' (resolving 'auto' with bert_core's one test for an HF directory)."""
-    if is_uri(cfg.model_path):  # on an object store: a bertflow run or checkpoint (fetched per node)
+    if is_uri(cfg.model_path):  # on an object store: a bertflow run or checkpoint, or a Hugging Face directory
         from bert_core.remote_run import checkpoint_uri
+        from contracts.storage import location
 
-        if cfg.model_format == "hf" or checkpoint_uri(cfg.model_path) is None:
-            raise UserError(f"{cfg.model_path.rstrip('/')}: holds no complete bertflow checkpoint (no COMPLETE "
-                            "marker); a model on an object store is a bertflow run or checkpoint (a Hugging "
-                            "Face directory is read from a local path)")
-        return "checkpoint"
+        if cfg.model_format != "hf" and checkpoint_uri(cfg.model_path) is not None:
+            return "checkpoint"
+        if cfg.model_format != "checkpoint" and location(cfg.model_path.rstrip("/")).exists("config.json") \
+                and is_hf_dir(local_view(cfg.model_path)):
+            return "hf"
+        raise UserError(f"{cfg.model_path.rstrip('/')}: not a model (neither a complete bertflow checkpoint or "
+                        "run, with a COMPLETE marker, nor a Hugging Face BERT directory with config.json and weights)")
     path = Path(cfg.model_path)
     if not path.exists():
         raise UserError(f"{path}: model path not found")
@@ -52,7 +56,7 @@ def model_format(cfg: EvalBase) -> str:
 def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):
     """(BertForPreTraining, ModelConfig, vocab_file) of the configured model (or one given checkpoint)."""
     if checkpoint is None and model_format(cfg) == "hf":
-        return load_hf(cfg.model_path)
+        return load_hf(local_view(cfg.model_path))  # a URI: this node's copy (contracts.views)
     return load_checkpoint(checkpoint or cfg.model_path)
 
 
@@ -68,14 +72,15 @@ def resolve_vocab(cfg: EvalBase, model_vocab: Optional[str]) -> str:
     """The vocab the task tokenizer uses; it must be byte-identical to the one the model was trained with,
     otherwise every token id would silently mean another word."""
     if cfg.vocab_file:
-        if not Path(cfg.vocab_file).is_file():
+        local = local_view(cfg.vocab_file)  # a URI: this node's copy (contracts.views)
+        if not local.is_file():
             raise UserError(f"{cfg.vocab_file}: vocab file not found")
-        if model_vocab and vocab_hash(cfg.vocab_file) != vocab_hash(model_vocab):
+        if model_vocab and vocab_hash(local) != vocab_hash(model_vocab):
             raise UserError(
                 f"{cfg.vocab_file}: task tokenizer vocab differs from the model's vocab {model_vocab} "
                 "(token ids would not match the embeddings)"
             )
-        return cfg.vocab_file
+        return str(local)
     if not model_vocab or not Path(model_vocab).is_file():
         raise UserError(f"{cfg.model_path}: model has no vocab.txt; give vocab_file")
     return str(model_vocab)

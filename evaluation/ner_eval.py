@@ -8,6 +8,7 @@ from bert_core.heads import BertForTokenClassification
 from bert_core.losses import token_classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError
+from contracts.views import local_view
 from evaluation import ner
 from evaluation.config import NerConfig
 from evaluation.finetune import fit, forward_inputs, predict
@@ -21,7 +22,7 @@ NAMES = {"finetune": "CoNLL-2003 fine-tune", "feature": "CoNLL-2003 feature-base
 
 
 def load_splits(cfg: NerConfig) -> tuple[list[ner.Sentence], list[ner.Sentence], list[str]]:
-    d = Path(cfg.conll_dir)
+    d = local_view(cfg.conll_dir)  # a URI: this node's copy (contracts.views)
     train = ner.read_conll(d / "train.txt", cfg.max_train_sentences)
     scored = ner.read_conll(d / f"{cfg.eval_split}.txt", cfg.max_eval_sentences)
     labels = ner.label_list(train)

@@ -91,12 +91,8 @@ def stage_dir(kind: str, cfg: EvalBase) -> StageDir:
 
 
 def check_locations(cfg: EvalBase) -> None:
-    """What may be on an object store: the model (a bertflow run or checkpoint), held-out instances and
-    the output; task data, vocab files and kept fine-tuned models are local (one line otherwise)."""
-    for name in sorted(type(cfg).input_fields - {"model_path", "instances_dir"}):
-        if is_uri(getattr(cfg, name) or ""):
-            raise UserError(f"{name}: {getattr(cfg, name)}: task data and vocab files are read from local paths "
-                            "(copy them to each node or to a shared file system)")
+    """Every input may be on an object store (task data, vocab and Hugging Face directories are read from
+    each node's copy, contracts.views), and the output; models kept by ``save_models`` are local."""
     if is_uri(cfg.output_dir) and getattr(cfg, "save_models", "none") != "none":
         raise UserError(f"save_models: fine-tuned models are kept in a local output_dir, not {cfg.output_dir}")
 

@@ -12,6 +12,7 @@ from bert_core.heads import BertForQuestionAnswering
 from bert_core.losses import span_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError
+from contracts.views import local_view
 from evaluation import squad
 from evaluation.config import SquadConfig
 from evaluation.finetune import fit, forward_inputs, predict
@@ -26,9 +27,9 @@ EVAL_NAME = "SQuAD v1.1"
 
 def split_data(cfg: SquadConfig) -> tuple[list, list]:
     """(train examples, eval dataset restricted to the scored questions)."""
-    dev = squad.read_squad(cfg.dev_file)
+    dev = squad.read_squad(local_view(cfg.dev_file))  # a URI: this node's copy (contracts.views)
     if cfg.train_file:
-        train_data, eval_data = squad.read_squad(cfg.train_file), dev
+        train_data, eval_data = squad.read_squad(local_view(cfg.train_file)), dev
     else:
         if len(dev) <= cfg.train_articles:
             raise UserError(f"{cfg.dev_file}: train_articles {cfg.train_articles} leaves no article to score "

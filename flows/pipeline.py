@@ -213,7 +213,11 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
             check_locations(ecfg)
             for name in sorted(type(ecfg).input_fields - {"model_path", "instances_dir"}):
                 value = getattr(ecfg, name)
-                if value and not is_uri(value) and not Path(value).exists():
+                if value and is_uri(value):
+                    from contracts.views import check_exists
+
+                    check_exists(value, f"evaluation.{kind}.{name}")
+                elif value and not Path(value).exists():
                     raise UserError(f"evaluation.{kind}.{name}: {value} not found")
     if stage in ("all", "data"):
         from data_jobs.readers import expand_inputs
@@ -233,8 +237,9 @@ def preflight(cfg: PipelineConfig, stage: str, model_path: Optional[str] = None)
         if model_path and is_uri(model_path):
             from bert_core.remote_run import checkpoint_uri
 
-            if checkpoint_uri(model_path) is None:
-                raise UserError(f"--model-path: {model_path} holds no complete bertflow checkpoint")
+            if checkpoint_uri(model_path) is None and not location(model_path.rstrip("/")).exists("config.json"):
+                raise UserError(f"--model-path: {model_path} holds no complete bertflow checkpoint and no Hugging "
+                                "Face directory (config.json)")
         if not model_path and not location(str(plan.export_dir)).exists("config.json"):
             raise UserError(f"--stage eval: no exported model at {plan.export_dir}; run --stage train "
                             "first (same config) or give --model-path")

@@ -93,8 +93,9 @@ def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = Fals
                 phase["instances"]["sentence_task"] = sentence_task
     cfg = build_config(RecipeConfig, data, str(path))
     if is_uri(cfg.output_root):
-        raise UserError(f"{path}: output_root: {cfg.output_root}: the recipe fine-tunes GLUE on its exported "
-                        "model, read from a local path; give a local directory (the pipeline takes s3://)")
+        raise UserError(f"{path}: output_root: {cfg.output_root}: the recipe's comparison (its reference "
+                        "rows' directories) is kept on a local file system; give a local directory (the pipeline "
+                        "takes s3://)")
     return cfg
 
 

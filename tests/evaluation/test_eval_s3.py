@@ -122,17 +122,17 @@ def test_pipeline_eval_of_an_s3_model_without_a_checkpoint_is_refused_before_any
     from flows.config import demo_config
     from flows.pipeline import preflight
 
-    with pytest.raises(UserError, match=rf"^--model-path: {s3_env}/none holds no complete bertflow checkpoint$"):
+    with pytest.raises(UserError, match=rf"^--model-path: {s3_env}/none holds no complete bertflow checkpoint and "
+                                        "no Hugging Face directory \\(config.json\\)$"):
         preflight(demo_config(str(tmp_path / "demo")), "eval", s3_env + "/none")
 
 
 @pytest.mark.parametrize("kind, argv, line", [
-    ("glue", ["--glue-dir", "{s3}/glue", "--output-dir", "{tmp}/g"],
-     "glue_dir: {s3}/glue: task data and vocab files are read from local paths"),
+    ("glue", ["--glue-dir", "{s3}/glue", "--output-dir", "{tmp}/g"], "{s3}/glue: not found"),
     ("glue", ["--glue-dir", "{tmp}", "--save-models", "best", "--output-dir", "{s3}/g"],
      "save_models: fine-tuned models are kept in a local output_dir, not {s3}/g"),
 ])
-def test_what_stays_local_is_said_in_one_line(kind, argv, line, s3_env, tmp_path, capsys):
+def test_what_is_refused_on_a_store_is_said_in_one_line(kind, argv, line, s3_env, tmp_path, capsys):
     fill = {"s3": s3_env, "tmp": str(tmp_path)}
     args = [kind, "--model", str(tmp_path), "--no-ray"] + [a.format(**fill) for a in argv]
     assert eval_main(args) == 2
@@ -161,3 +161,59 @@ def test_the_documented_object_store_command_runs_as_written(pretrain_run, s3_se
     assert eval_main(argv[2:]) == 0
     assert "| 40 |" in capsys.readouterr().out
     assert json.loads(location(f"s3://{bucket}/eval/intrinsic").read("results.json"))["curve"][-1]["step"] == 40
+
+
+def _head(src, dest, lines: int) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, encoding="utf-8") as fh:
+        dest.write_text("".join(next(fh) for _ in range(lines)), encoding="utf-8")
+
+
+def _upload_tree(local_dir, uri: str) -> None:
+    loc = location(uri)
+    for f in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+        loc.upload(f.relative_to(local_dir).as_posix(), f)
+
+
+@pytest.mark.shared_data
+def test_glue_squad_and_ner_with_every_input_on_s3_equal_the_local_runs(tiny_hf, shared_data, s3_env, scratch,
+                                                                        tmp_path):
+    """Task data (a GLUE directory, a SQuAD file, a CoNLL directory), the vocab and a Hugging Face model
+    directory all given as URIs: each node reads its copy (contracts.views); the numbers equal the same
+    evaluation of the local files, the results name the URIs, and a rerun is done."""
+    from evaluation.config import GlueConfig, NerConfig, SquadConfig
+
+    data = tmp_path / "data"
+    for name, n in (("train.tsv", 41), ("dev.tsv", 33), ("test.tsv", 21)):
+        _head(shared_data / "glue/SST-2" / name, data / "glue/SST-2" / name, n)
+    for name, n in (("train.txt", 2010), ("valid.txt", 490)):
+        _head(shared_data / "conll2003" / name, data / "conll" / name, n)
+    squad = json.loads((shared_data / "squad/v1.1/dev-v1.1.json").read_text(encoding="utf-8"))
+    squad["data"] = [dict(a, paragraphs=a["paragraphs"][:3]) for a in squad["data"][:2]]
+    (data / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
+    _upload_tree(data, f"{s3_env}/data")
+    _upload_tree(tiny_hf, f"{s3_env}/hf")
+    assert identity(f"{s3_env}/hf") == identity(tiny_hf)  # a model directory by its content, wherever it is
+    quick = dict(seeds=[1], batch_size=16, eval_batch_size=32, epochs=1, threads_per_task=1, show_progress=False,
+                 use_ray=False, learning_rates=[1e-3], max_seq_length=48)
+    kinds = {
+        "glue": (GlueConfig, dict(tasks=["SST-2"], max_train_examples=40, max_eval_examples=32), "glue_dir", "glue"),
+        "squad": (SquadConfig, dict(train_articles=1, max_train_questions=16, max_eval_questions=8, doc_stride=24,
+                                    max_query_length=16), "dev_file", "squad.json"),
+        "ner": (NerConfig, dict(max_train_sentences=120, max_eval_sentences=20, feature_layers=[-1], lstm_hidden=8,
+                                lstm_layers=1, feature_epochs=1, feature_learning_rates=[3e-3]), "conll_dir", "conll"),
+    }
+    for kind, (model, opts, field, rel) in kinds.items():
+        local = evaluate(kind, model(model_path=str(tiny_hf), vocab_file=str(tiny_hf / "vocab.txt"),
+                                     output_dir=str(tmp_path / f"local-{kind}"), **{field: str(data / rel)},
+                                     **quick, **opts))
+        cfg = model(model_path=f"{s3_env}/hf", vocab_file=f"{s3_env}/hf/vocab.txt", output_dir=f"{s3_env}/eval/{kind}",
+                    **{field: f"{s3_env}/data/{rel}"}, **quick, **opts)
+        remote = evaluate(kind, cfg)
+        assert {t: v["mean"] for t, v in remote["tasks"].items()} == {t: v["mean"] for t, v in local["tasks"].items()}
+        assert [r["metrics"] for r in remote["runs"]] == [r["metrics"] for r in local["runs"]], kind
+        assert str(scratch) not in json.dumps(remote) and f"{s3_env}/hf" in json.dumps(remote), kind
+        assert json.loads(location(f"{s3_env}/eval/{kind}").read("results.json")) == remote
+        assert status(kind, cfg).done, kind
+    # nothing of the copies is half-made; at most the copies themselves stay on scratch
+    assert not list(scratch.glob(".bertflow-view-fetch-*"))

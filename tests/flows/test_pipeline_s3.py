@@ -2,7 +2,8 @@
 127.0.0.1), under Prefect's test harness: every stage's output is an object-store prefix (documents,
 vocab, instances, the training run, the Hugging Face export, the held-out evaluation, the reports), the
 command is README's as written, the numbers equal a run of the same config on local disk, a rerun skips
-every stage, and nothing lands on local disk but scratch that is gone afterwards."""
+every stage, and nothing lands on local disk but scratch that is gone afterwards. Then GLUE fine-tunes
+the export the store holds (task data local), its results on the store."""
 from __future__ import annotations
 
 import json
@@ -95,3 +96,27 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
               EvalStage("intrinsic", plan.evals["intrinsic"])]
     assert [s.status().state for s in stages] == ["done"] * len(stages)
     assert demo.main(argv[3:]) == 0
+
+    # GLUE on the export the store holds (a Hugging Face directory read from this node's copy), the task
+    # data local, the results on the store; the intrinsic evaluation is done already and not redone
+    from flows.config import PipelineConfig
+    from flows.pipeline import evaluate
+
+    task = tmp_path / "glue" / "SST-2"
+    task.mkdir(parents=True)
+    words = ["good", "bad", "fine", "poor", "great", "awful"]
+    for name, n in (("train.tsv", 32), ("dev.tsv", 16)):
+        rows = [f"the {words[i % 6]} module\t{int(words[i % 6] in ('good', 'fine', 'great'))}" for i in range(n)]
+        (task / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    data = demo_config(root, max_steps=args.max_steps).model_dump(mode="json")
+    data["evaluation"]["glue"] = {"tasks": ["SST-2"], "learning_rates": [1e-3], "seeds": [1], "epochs": 1,
+                                  "batch_size": 16, "max_seq_length": 16, "use_ray": False, "show_progress": False,
+                                  "write_test_predictions": False}
+    glue_cfg = PipelineConfig.model_validate({**data, "evaluation": {**data["evaluation"], "glue": {
+        **data["evaluation"]["glue"], "glue_dir": str(tmp_path / "glue")}}})
+    glue_plan = make_plan(glue_cfg)
+    assert glue_plan.evals["intrinsic"].output_dir == plan.evals["intrinsic"].output_dir
+    results = evaluate(glue_cfg)
+    assert results["glue"]["model_path"] == str(plan.export_dir) and results["glue"]["tasks"]["SST-2"]["seeds"] == [1]
+    assert json.loads(location(glue_plan.evals["glue"].output_dir).read("results.json")) == results["glue"]
+    assert str(scratch) not in json.dumps(results["glue"])

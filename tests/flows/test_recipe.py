@@ -196,3 +196,16 @@ def test_compare_dir_ignores_the_grid_lists_and_keeps_a_legacy_directory(tmp_pat
     assert legacy != here and compare_dir(tmp_path, "seq512-x", spec) == legacy
     here.mkdir()  # once the current name exists, it wins
     assert compare_dir(tmp_path, "seq512-x", spec) == here
+
+
+def test_an_object_store_output_root_is_refused_in_one_line(monkeypatch, capsys):
+    """The recipe's comparison keeps its reference rows in local directories: an s3:// root is one line,
+    exit 2, before anything runs (the pipeline itself takes s3://)."""
+    from contracts.common import run_main
+    from flows.recipe import main
+
+    monkeypatch.chdir(REPO)
+    assert run_main(main, ["--config", "recipes/cpu-tiny.yaml", "--output-root", "s3://bucket/recipe"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertflow: error: recipes/cpu-tiny.yaml: output_root: s3://bucket/recipe:")
+    assert "give a local directory" in err[0]
