@@ -27,6 +27,19 @@ if "BERTFLOW_LOADER_CACHE" not in os.environ:  # the loader's decoded copies: no
 # after that test: every later flow's log line would then fail on a closed file.
 import prefect.main  # noqa: E402,F401
 
+# torch's thread count as a fresh process has it. A test that calls an evaluation job function directly
+# pins torch to the job's threads_per_task; left so, every later test in this process would compute with
+# other float sums than the same code in a fresh process (the s3 demo then differed from the local one).
+import torch  # noqa: E402
+from fresh import FRESH_TORCH_THREADS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    yield
+    if torch.get_num_threads() != FRESH_TORCH_THREADS:
+        torch.set_num_threads(FRESH_TORCH_THREADS)
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

@@ -49,6 +49,10 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
     root = args.output_root
     assert root.startswith(f"s3://{BUCKET}/")
 
+    import torch
+    from fresh import FRESH_TORCH_THREADS
+
+    assert torch.get_num_threads() == FRESH_TORCH_THREADS  # as in the local run's fresh process below
     assert demo.main(argv[3:]) == 0
     out = capsys.readouterr().out
     plan = make_plan(demo_config(root, max_steps=args.max_steps))
@@ -69,8 +73,9 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
     assert {p.name.rsplit("-", 1)[0] for p in scratch.iterdir()} == {"bertflow-model", "bertflow-vocab", "bertflow-kept"}
 
     # the same config on local disk, in a process of its own: the same datasets, weights and held-out
-    # numbers (this process ran other tests before; an in-process evaluation gives torch's thread count
-    # back, evaluation.runner._threads_kept, or the weights here would differ by float sums)
+    # numbers (this process ran other tests before: tests/conftest.py gives torch a fresh process's thread
+    # count after each test, and an in-process evaluation gives it back itself, evaluation.runner
+    # ._threads_kept; with another count the weights here would differ by float sums)
     local_cfg = demo_config(str(tmp_path / "local"), max_steps=args.max_steps)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     proc = subprocess.run([sys.executable, "-m", "flows.demo", "--output-root", str(tmp_path / "local"),
