@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -111,7 +112,45 @@ def _minilm(spec: ComparisonSpec) -> Optional[Path]:
     return path
 
 
-def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
+@dataclass(frozen=True)
+class RecipeDirs:
+    """Every directory the recipe writes beyond the pipeline's plan, named once, from the plan
+    (``recipe_dirs``): the comparison, the reference rows' GLUE cells, the intrinsic scores of the earlier
+    phases and of the random init, the other sentence task's held-out instances and their scores."""
+
+    compare: Path
+    reference_glue: dict[str, Path]  # row name -> where its GLUE cells live
+    phase_intrinsic: dict[str, str]  # phase (not the last) -> intrinsic scores of its checkpoints
+    random_intrinsic: Optional[str]  # the random init's held-out scores
+    cross_instances: Optional[str]  # the other sentence task's held-out instances
+    cross_intrinsic: dict[str, str]  # row (pretrained, random init) -> its scores on them
+
+
+def _beside(where: str, suffix: str) -> str:
+    """``where`` with ``suffix`` appended to its last component (a path or a URI)."""
+    return f"{str(where).rstrip('/')}{suffix}"
+
+
+def recipe_dirs(plan, spec: "ComparisonSpec", sentence_task: str) -> RecipeDirs:
+    icfg, held = plan.evals.get("intrinsic"), plan.heldout
+    out = compare_dir(plan.root, plan.export_dir.name, spec)
+    rows = ([RANDOM] if spec.random_init else []) + ([MINILM] if spec.minilm else [])
+    other = OTHER_TASK.get(sentence_task)
+    phase, cross, cross_scores, random = {}, None, {}, None
+    if icfg is not None:
+        phase = {name: _beside(icfg.output_dir, f"-{name}") for name, t in plan.train.items()
+                 if t.output_dir != icfg.model_path}
+        random = _beside(icfg.output_dir, "-random-init") if spec.random_init else None
+        if other is not None and held is not None:
+            cross = _beside(held.output_dir, f"-{other}")
+            cross_scores = {PRETRAINED: _beside(icfg.output_dir, f"-{other}")}
+            if spec.random_init:
+                cross_scores[RANDOM] = _beside(icfg.output_dir, f"-{other}-random-init")
+    return RecipeDirs(out, {r: reference_glue_dir(plan.root, out, spec, r) for r in rows}, phase, random, cross,
+                      cross_scores)
+
+
+def _whole_curve(plan, dirs: RecipeDirs, last: Optional[dict]) -> Optional[dict]:
     """The pipeline scores the last phase's checkpoints; score the earlier phases' on the same held-out
     instances too, so the curve spans the whole pretraining (steps continue across phases)."""
     icfg = plan.evals.get("intrinsic")
@@ -119,36 +158,30 @@ def _whole_curve(plan, last: Optional[dict]) -> Optional[dict]:
         return last
     curve, offset = [], 0
     for name, tcfg in plan.train.items():
-        if tcfg.output_dir == icfg.model_path:
+        if name not in dirs.phase_intrinsic:
             points = last["curve"]
         else:
-            out = Path(icfg.output_dir)
-            cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": str(out.with_name(
-                f"{out.name}-{name}"))})
+            cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": dirs.phase_intrinsic[name]})
             points = run_stage(EvalStage("intrinsic", cfg))["curve"]
         curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
         offset += tcfg.max_steps
     return {**last, "curve": curve}
 
 
-def _cross_task(plan, pipe: PipelineConfig, sentence_task: str, random_init: bool) -> dict[str, dict]:
+def _cross_task(plan, dirs: RecipeDirs, pipe: PipelineConfig, sentence_task: str) -> dict[str, dict]:
     """The other sentence task's held-out set (same held-out documents, same masks' recipe), scored by the
     last checkpoint (and random init): an NSP model that cannot order two segments of one document told
     random next sentences apart by topic; a SOP model scored on NSP shows what coherence gives for free."""
     icfg, held, orch = plan.evals.get("intrinsic"), plan.heldout, pipe.orchestration
     other = OTHER_TASK.get(sentence_task)
-    if other is None or icfg is None or held is None:
+    if dirs.cross_instances is None:
         return {}
-    held_dir = Path(held.output_dir)
-    cross = held.model_copy(update={"sentence_task": other, "output_dir": str(held_dir.with_name(
-        f"{held_dir.name}-{other}"))})
+    cross = held.model_copy(update={"sentence_task": other, "output_dir": dirs.cross_instances})
     run_stage(DataStage("instances", cross, orch.ray_job_address, orch.job_python))
-    out = Path(icfg.output_dir)
     scored = {}
-    for name, random in ((PRETRAINED, False), (RANDOM, True))[: 2 if random_init else 1]:
+    for name, out in dirs.cross_intrinsic.items():
         cfg = icfg.model_copy(update={"instances_dir": cross.output_dir, "all_checkpoints": False,
-                                      "random_init": random, "output_dir": str(out.with_name(
-                                          f"{out.name}-{other}{'-random-init' if random else ''}"))})
+                                      "random_init": name == RANDOM, "output_dir": out})
         last = run_stage(EvalStage("intrinsic", cfg))["curve"][-1]
         scored[name] = {"task": other, "acc": last["nsp_acc"], "count": last["nsp_count"]}
     return scored
@@ -191,25 +224,25 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     spec = config.comparison
     minilm = _minilm(spec)
     result = pretraining_pipeline(pipe)
+    sentence_task = pipe.phases[-1].instances.sentence_task
+    dirs = recipe_dirs(plan, spec, sentence_task)
+    out_dir = dirs.compare
     rows = [{"name": PRETRAINED, "model_path": str(plan.export_dir), "random_init": False}]
-    intrinsic = {PRETRAINED: _whole_curve(plan, result["eval"].get("intrinsic"))}
+    intrinsic = {PRETRAINED: _whole_curve(plan, dirs, result["eval"].get("intrinsic"))}
     glue = spec.glue.model_dump(mode="json")
-    out_dir = compare_dir(plan.root, plan.export_dir.name, spec)
     if spec.random_init:
         rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True,
-                     "glue_dir": str(reference_glue_dir(plan.root, out_dir, spec, RANDOM))})
+                     "glue_dir": str(dirs.reference_glue[RANDOM])})
         icfg = plan.evals.get("intrinsic")
         if icfg is not None:  # the same held-out instances, scored by a fresh init of the same shape
-            out = Path(icfg.output_dir)
             rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
-                                           "output_dir": str(out.with_name(out.name + "-random-init"))})
+                                           "output_dir": dirs.random_intrinsic})
             intrinsic[RANDOM] = run_stage(EvalStage("intrinsic", rcfg))
     if minilm is not None:
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
-                     "glue_dir": str(reference_glue_dir(plan.root, out_dir, spec, MINILM)),
+                     "glue_dir": str(dirs.reference_glue[MINILM]),
                      **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
-    sentence_task = pipe.phases[-1].instances.sentence_task
-    cross = _cross_task(plan, pipe, sentence_task, spec.random_init)
+    cross = _cross_task(plan, dirs, pipe, sentence_task)
     comparison = run_stage(CompareStage(rows, glue, str(out_dir), intrinsic, sentence_task, cross))
     md = Path(comparison["markdown"]).read_text(encoding="utf-8")
     art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +210,33 @@ def test_an_object_store_output_root_is_refused_in_one_line(monkeypatch, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertflow: error: recipes/cpu-tiny.yaml: output_root: s3://bucket/recipe:")
     assert "give a local directory" in err[0]
+
+
+def test_every_recipe_directory_comes_from_the_plan_once(tmp_path, monkeypatch):
+    """flows.recipe.recipe_dirs: the comparison, reference rows, earlier phases' and random init's scores
+    and the other sentence task's held-out set, each under the root, all distinct, the names earlier runs
+    used (their outputs stay done)."""
+    from flows.config import make_plan
+    from flows.recipe import MINILM, PRETRAINED, RANDOM, load_recipe, recipe_dirs
+
+    monkeypatch.chdir(REPO)
+    cfg = load_recipe("recipes/cpu-tiny.yaml", output_root=str(tmp_path / "root"))
+    plan = make_plan(cfg.pipeline())
+    task = cfg.phases[-1].instances.sentence_task
+    dirs = recipe_dirs(plan, cfg.comparison, task)
+    icfg, held = plan.evals["intrinsic"], plan.heldout
+    first = cfg.phases[0].name
+    out = Path(icfg.output_dir)
+    assert dirs.phase_intrinsic == {first: str(out.with_name(f"{out.name}-{first}"))}
+    assert dirs.random_intrinsic == str(out.with_name(out.name + "-random-init"))
+    other = {"nsp": "sop", "sop": "nsp"}[task]
+    assert dirs.cross_instances == str(Path(held.output_dir).with_name(f"{Path(held.output_dir).name}-{other}"))
+    assert dirs.cross_intrinsic == {PRETRAINED: str(out.with_name(f"{out.name}-{other}")),
+                                    RANDOM: str(out.with_name(f"{out.name}-{other}-random-init"))}
+    assert set(dirs.reference_glue) == {RANDOM, MINILM}
+    everything = [dirs.compare, *dirs.reference_glue.values(), *dirs.phase_intrinsic.values(),
+                  dirs.random_intrinsic, dirs.cross_instances, *dirs.cross_intrinsic.values()]
+    ours = [plan.shard.output_dir, plan.vocab.output_dir, held.output_dir, icfg.output_dir, plan.export_dir,
+            *(i.output_dir for i in plan.instances.values()), *(t.output_dir for t in plan.train.values())]
+    assert len({str(p) for p in everything + ours}) == len(everything) + len(ours)
+    assert all(Path(p).is_relative_to(plan.root) for p in everything)
