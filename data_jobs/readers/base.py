@@ -102,15 +102,6 @@ class ReadStats:
     def documents_read(self) -> int:
         return self.kept + sum(self.dropped.values())
 
-    def merge(self, other: "ReadStats") -> None:
-        self.kept += other.kept
-        self.files_read += other.files_read
-        self.dropped.update(other.dropped)
-        self.files_skipped.update(other.files_skipped)
-        for key, n in other.problems.items():
-            if key in self.problems or len(self.problems) < MAX_PROBLEM_LINES:
-                self.problems[key] += n
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "documents_read": self.documents_read,
