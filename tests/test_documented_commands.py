@@ -7,7 +7,9 @@ themselves, so an edit that breaks one fails here.
 - README's ``bertflow submit --runtime-env cluster/ray/runtime_env.yaml -- python -m data_jobs.instances_job
   --config inst.yaml`` on a real local Ray head with token authentication (``RAY_ADDRESS`` set as a
   user would); the same command refusing, in one line and before any upload, a working directory
-  holding a 20 MB file; a failing job's exit code passed through; docs/scaling.md's
+  holding a 20 MB file; a failing job's exit code passed through; README's object-storage submit of the
+  shard job (inputs and output on a real S3-compatible server, the node holding the credentials), its
+  shards byte for byte those of the same job on local files; docs/scaling.md's
   ``ray get-auth-token --generate`` in a fresh HOME;
 - the nightly schedule's switch-on and switch-off commands of docs/flows.md and prefect.yaml against a
   real Prefect server whose scheduler runs every second.
@@ -113,9 +115,10 @@ class _Head(RayCluster):
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
+def ray_head(tmp_path_factory, s3_server):
     pytest.importorskip("ray")
     head = _Head(tmp_path_factory.mktemp("rayhead"))
+    head.env.update(s3_server.env())  # the node's credentials for the object store, set where `ray start` runs
     try:
         yield head.start()
     finally:
@@ -152,6 +155,36 @@ def test_readme_ray_job_submit_instances(ray_head, tiny_shared, tmp_path):
     assert "succeeded" in proc.stderr
     assert "documents" in proc.stdout  # the job's own log, streamed
     assert (out / "manifest.json").is_file() and list(out.rglob("*.parquet"))
+
+
+def test_readme_ray_job_submit_on_object_storage(ray_head, s3_server, tiny_shared, tmp_path, monkeypatch):
+    """README's object-storage submit, as written, on a real Ray head whose node holds the credentials of
+    a real S3-compatible server: the shard files are byte for byte those of the same job on local files."""
+    from contracts.schema import Manifest
+    from data_jobs import shard_job
+    from data_jobs.config import ShardConfig
+
+    (cmd,) = _block_after(README, "Data on object storage is the main path")
+    argv = shlex.split(cmd)
+    inputs, out = argv[argv.index("--inputs") + 1], argv[argv.index("--output-dir") + 1]
+    bucket = inputs.split("/")[2]
+    assert inputs == f"s3://{bucket}/raw/" and out == f"s3://{bucket}/docs"
+    client = s3_server.client()
+    if bucket not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
+        client.create_bucket(Bucket=bucket)
+    raw = tiny_shared.parent / "shared" / "data" / "corpus" / "gutenberg"
+    for f in sorted(raw.iterdir()):
+        client.upload_file(str(f), bucket, f"raw/{f.name}")
+    env = {**ray_head.env, "RAY_ADDRESS": f"http://127.0.0.1:{ray_head.dashboard_port}"}
+    proc = _run(cmd, REPO, env)
+    assert "succeeded" in proc.stderr
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    remote = Manifest.read(out)
+    local = shard_job.run(ShardConfig(inputs=[str(raw)], output_dir=str(tmp_path / "local"),
+                                      num_shards=int(argv[argv.index("--num-shards") + 1]), engine="local"))
+    assert [(f.name, f.rows, f.sha256) for f in remote.files] == [(f.name, f.rows, f.sha256) for f in local.files]
+    assert remote.totals == local.totals and remote.totals["documents_kept"] > 0
 
 
 def test_submit_refuses_a_big_upload_before_sending_it(ray_head, tmp_path):
