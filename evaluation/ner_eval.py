@@ -2,7 +2,6 @@
 entity-level F1 with seqeval; ``run_ner`` gathers the report."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from bert_core.heads import BertForTokenClassification
 from bert_core.losses import token_classification_loss

@@ -123,6 +123,14 @@ class Plan(BaseModel):
     evals: dict[str, Any] = Field(default_factory=dict)
     report_dir: Path | str
 
+    def eval_of(self, kind: str, model_path: str) -> Any:
+        """Evaluation ``kind`` of another model than the pipeline's export (``--stage eval --model-path``):
+        its results beside the pipeline's, named by that model's absolute path or URI."""
+        model = model_path if is_uri(model_path) else str(Path(model_path).expanduser().resolve())
+        ecfg = self.evals[kind]
+        out = str(ecfg.output_dir).rstrip("/")
+        return ecfg.model_copy(update={"model_path": model, "output_dir": f"{out}-model-{stable_hash(model)[:8]}"})
+
 
 Where = Path | str  # a local path, or an object-store URI (contracts.storage.is_uri)
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from prefect import flow, get_run_logger
 
-from contracts.common import ArgParser, UserError, stable_hash, write_json_atomic
+from contracts.common import ArgParser, UserError, write_json_atomic
 from contracts.storage import is_uri, location
 from data_jobs.job_output import publish, staged
 from flows import artifacts as art
@@ -82,10 +82,8 @@ def evaluate(config: PipelineConfig, model_path: Optional[str] = None) -> dict[s
     plan = make_plan(config)
     results = {}
     for kind, ecfg in plan.evals.items():
-        if model_path:  # another model: results go beside the pipeline's, named by that model's path
-            model = model_path if is_uri(model_path) else str(Path(model_path).expanduser().resolve())
-            out = str(ecfg.output_dir).rstrip("/")
-            ecfg = ecfg.model_copy(update={"model_path": model, "output_dir": f"{out}-model-{stable_hash(model)[:8]}"})
+        if model_path:  # another model: results go beside the pipeline's (the plan names where)
+            ecfg = plan.eval_of(kind, model_path)
         results[kind] = _retrying(config.orchestration, 0)(EvalStage(kind, ecfg))
     if results:
         art.publish_table(art.KEY_EVAL, art.eval_rows(results), "bertflow evaluation results")
