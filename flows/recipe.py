@@ -20,6 +20,7 @@ report (markdown with the plot inlined) as a Prefect artifact; files land in
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,8 @@ from pydantic import Field
 
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from flows import artifacts as art
-from contracts.storage import is_uri
-from flows.config import GlueSpec, PipelineConfig, make_plan
+from contracts.storage import location
+from flows.config import GlueSpec, PipelineConfig, Where, join, make_plan, name_of
 from flows.pipeline import preflight, pretraining_pipeline
 from flows.tasks import CompareStage, DataStage, EvalStage, run_stage
 
@@ -92,12 +93,7 @@ def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = Fals
         for phase in phases if isinstance(phases, list) else []:  # another shape: refused by validation
             if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
                 phase["instances"]["sentence_task"] = sentence_task
-    cfg = build_config(RecipeConfig, data, str(path))
-    if is_uri(cfg.output_root):
-        raise UserError(f"{path}: output_root: {cfg.output_root}: the recipe's comparison (its reference "
-                        "rows' directories) is kept on a local file system; give a local directory (the pipeline "
-                        "takes s3://)")
-    return cfg
+    return build_config(RecipeConfig, data, str(path))
 
 
 def _minilm(spec: ComparisonSpec) -> Optional[Path]:
@@ -112,14 +108,20 @@ def _minilm(spec: ComparisonSpec) -> Optional[Path]:
     return path
 
 
+def _read(where: str) -> bytes:
+    """The bytes of a file of the recipe's output: a local path or an object-store URI."""
+    parent, _, name = str(where).rpartition("/")
+    return location(parent).read(name)
+
+
 @dataclass(frozen=True)
 class RecipeDirs:
     """Every directory the recipe writes beyond the pipeline's plan, named once, from the plan
     (``recipe_dirs``): the comparison, the reference rows' GLUE cells, the intrinsic scores of the earlier
     phases and of the random init, the other sentence task's held-out instances and their scores."""
 
-    compare: Path
-    reference_glue: dict[str, Path]  # row name -> where its GLUE cells live
+    compare: Where
+    reference_glue: dict[str, Where]  # row name -> where its GLUE cells live
     phase_intrinsic: dict[str, str]  # phase (not the last) -> intrinsic scores of its checkpoints
     random_intrinsic: Optional[str]  # the random init's held-out scores
     cross_instances: Optional[str]  # the other sentence task's held-out instances
@@ -133,7 +135,7 @@ def _beside(where: str, suffix: str) -> str:
 
 def recipe_dirs(plan, spec: "ComparisonSpec", sentence_task: str) -> RecipeDirs:
     icfg, held = plan.evals.get("intrinsic"), plan.heldout
-    out = compare_dir(plan.root, plan.export_dir.name, spec)
+    out = compare_dir(plan.root, name_of(plan.export_dir), spec)
     rows = ([RANDOM] if spec.random_init else []) + ([MINILM] if spec.minilm else [])
     other = OTHER_TASK.get(sentence_task)
     phase, cross, cross_scores, random = {}, None, {}, None
@@ -187,12 +189,15 @@ def _cross_task(plan, dirs: RecipeDirs, pipe: PipelineConfig, sentence_task: str
     return scored
 
 
-def compare_dir(root: Path, export_name: str, spec: ComparisonSpec) -> Path:
+def compare_dir(root: Where, export_name: str, spec: ComparisonSpec) -> Where:
     """``<root>/compare/<export>-<hash of the budget>``. The grid's lists (tasks, lrs, seeds, MiniLM's
     seeds) are not in the hash: a grid grown by a seed or an lr lands in the same directory and runs
-    only its new cells. A directory named by the whole spec (before this rule) is kept where it exists."""
+    only its new cells. A local directory named by the whole spec (before this rule) is kept where it
+    exists (an object-store root never had one)."""
+    current = join(root, "compare", f"{export_name}-{budget_hash(spec)}")
+    if isinstance(root, str):
+        return current
     legacy = root / "compare" / f"{export_name}-{stable_hash(spec.model_dump(mode='json'))}"
-    current = root / "compare" / f"{export_name}-{budget_hash(spec)}"
     return legacy if legacy.is_dir() and not current.exists() else current
 
 
@@ -203,17 +208,16 @@ def budget_hash(spec: ComparisonSpec) -> str:
                         "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}})
 
 
-def reference_glue_dir(root: Path, out_dir: Path, spec: ComparisonSpec, row: str) -> Path:
+def reference_glue_dir(root: Where, out_dir: Where, spec: ComparisonSpec, row: str) -> Where:
     """Where a reference row's GLUE cells live: beside the comparisons, ``<root>/compare/<row>-<hash of the
     budget>``, shared by every comparison of that budget. Their cells are keyed by content (MiniLM's
     weights; a random init's shape and vocab), so the sentence-task variants and a re-pretrained model of
     the same shape reuse them. A row directory already inside ``out_dir`` (made before this rule) stays."""
     from evaluation.compare import slug
 
-    inside = out_dir / f"glue-{slug(row)}"
-    if inside.is_dir():
-        return inside
-    return root / "compare" / f"{'minilm' if row == MINILM else slug(row)}-{budget_hash(spec)}"
+    if isinstance(out_dir, Path) and (out_dir / f"glue-{slug(row)}").is_dir():
+        return out_dir / f"glue-{slug(row)}"
+    return join(root, "compare", f"{'minilm' if row == MINILM else slug(row)}-{budget_hash(spec)}")
 
 
 @flow(name="recipe", log_prints=True)
@@ -244,8 +248,9 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
                      **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
     cross = _cross_task(plan, dirs, pipe, sentence_task)
     comparison = run_stage(CompareStage(rows, glue, str(out_dir), intrinsic, sentence_task, cross))
-    md = Path(comparison["markdown"]).read_text(encoding="utf-8")
-    art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({art.data_url(comparison['plot'])})"),
+    md = _read(comparison["markdown"]).decode("utf-8")
+    png = "data:image/png;base64," + base64.b64encode(_read(comparison["plot"])).decode("ascii")
+    art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({png})"),
                          f"pretrained vs random init vs MiniLM; files: {out_dir}")
     print(f"comparison report: {comparison['markdown']}")
     return {"pipeline": result, "comparison": comparison}
@@ -275,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     preflight(cfg.pipeline(), "all")
     _minilm(cfg.comparison)
     result = recipe(cfg)
-    print(Path(result["comparison"]["markdown"]).read_text(encoding="utf-8"))
+    print(_read(result["comparison"]["markdown"]).decode("utf-8"))
     return 0
 
 

@@ -86,6 +86,27 @@ def test_phase2_starts_from_phase1_weights(finished, tmp_path, data):
     torch.testing.assert_close(p2[k], p1[k], atol=1e-6, rtol=0)
 
 
+def test_phase2_from_a_run_on_s3_equals_phase2_from_the_local_run(finished, tmp_path, data, s3_env, monkeypatch):
+    """init_from an s3:// run (the pipeline's phase 2 on an object-store output_root): read from this node's
+    verified copy; the same weights as phase 2 from the local run. An empty prefix is one line."""
+    from bert_core.train import _local_model
+    from contracts.common import UserError
+    from contracts.storage import location
+
+    monkeypatch.setenv("BERTFLOW_SCRATCH", str(tmp_path / "scratch"))
+    loc = location(f"{s3_env}/runs/p1")
+    for f in sorted(p for p in finished.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        loc.upload(f.relative_to(finished).as_posix(), f)
+    kw = dict(max_steps=1, grad_accum_steps=1, save_every=1, warmup_proportion=0.0)
+    run(_config(data, tmp_path / "from-local", init_from=str(finished), **kw))
+    run(_config(data, tmp_path / "from-s3", init_from=f"{s3_env}/runs/p1", **kw))
+    a = load_model_from_checkpoint(tmp_path / "from-local")[0].state_dict()
+    b = load_model_from_checkpoint(tmp_path / "from-s3")[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UserError, match=rf"^init_from: {s3_env}/runs/none: holds no complete checkpoint"):
+        _local_model(f"{s3_env}/runs/none")
+
+
 def _cli(capsys, argv) -> tuple[int, str]:
     code = main(argv)
     err = capsys.readouterr().err.strip().splitlines()

@@ -217,3 +217,39 @@ def test_glue_squad_and_ner_with_every_input_on_s3_equal_the_local_runs(tiny_hf,
         assert status(kind, cfg).done, kind
     # nothing of the copies is half-made; at most the copies themselves stay on scratch
     assert not list(scratch.glob(".bertflow-view-fetch-*"))
+
+
+def test_the_recipes_comparison_on_s3_equals_the_local_one(tiny_hf, s3_env, scratch, tmp_path):
+    """The recipe's comparison stage (every row's GLUE grid, then comparison.{json,md,png}) with its output
+    and a reference row's cells on an object store: the local comparison's numbers, the report on the
+    store, a rerun done, nothing left on scratch but the model copies."""
+    from flows.stages import CompareStage
+
+    task = tmp_path / "glue" / "SST-2"
+    task.mkdir(parents=True)
+    words = ["good", "bad", "fine", "poor", "great", "awful"]
+    for name, n in (("train.tsv", 32), ("dev.tsv", 16)):
+        rows = [f"the {words[i % 6]} movie\t{int(words[i % 6] in ('good', 'fine', 'great'))}" for i in range(n)]
+        (task / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    glue = {"glue_dir": str(tmp_path / "glue"), "tasks": ["SST-2"], "learning_rates": [1e-3], "seeds": [1],
+            "epochs": 1, "batch_size": 16, "max_seq_length": 16, "use_ray": False, "show_progress": False,
+            "write_test_predictions": False}
+
+    def compare(root: str) -> tuple[CompareStage, dict]:
+        rows = [{"name": "pretrained", "model_path": str(tiny_hf), "random_init": False},
+                {"name": "random init", "model_path": str(tiny_hf), "random_init": True,
+                 "glue_dir": f"{root}/compare/random-init-x"}]
+        stage = CompareStage(rows, glue, f"{root}/compare/run-x")
+        assert stage.status().state == "absent"
+        return stage, stage.run(stage.status(), lambda line: None)
+
+    _, local = compare(str(tmp_path / "local"))
+    stage, remote = compare(s3_env)
+    assert [r["tasks"] for r in remote["rows"]] == [r["tasks"] for r in local["rows"]]
+    assert remote["markdown"] == f"{s3_env}/compare/run-x/comparison.md"
+    out = location(f"{s3_env}/compare/run-x")
+    assert {"comparison.json", "comparison.md", "comparison.png"} <= {m.name for m in out.list()}
+    assert json.loads(out.read("comparison.json"))["rows"][1]["glue_dir"] == f"{s3_env}/compare/random-init-x"
+    assert location(f"{s3_env}/compare/random-init-x").exists("results.json")
+    assert stage.status().done and stage.result()["rows"] == remote["rows"]
+    assert not list(scratch.glob("bertflow-stage-*"))

@@ -199,17 +199,23 @@ def test_compare_dir_ignores_the_grid_lists_and_keeps_a_legacy_directory(tmp_pat
     assert compare_dir(tmp_path, "seq512-x", spec) == here
 
 
-def test_an_object_store_output_root_is_refused_in_one_line(monkeypatch, capsys):
-    """The recipe's comparison keeps its reference rows in local directories: an s3:// root is one line,
-    exit 2, before anything runs (the pipeline itself takes s3://)."""
-    from contracts.common import run_main
-    from flows.recipe import main
+def test_recipe_directories_on_an_object_store_are_the_local_names_under_the_prefix(tmp_path, monkeypatch):
+    """An s3:// output_root: every directory of the recipe is a URI under it, named as under a local root."""
+    from flows.config import make_plan
+    from flows.recipe import load_recipe, recipe_dirs
 
     monkeypatch.chdir(REPO)
-    assert run_main(main, ["--config", "recipes/cpu-tiny.yaml", "--output-root", "s3://bucket/recipe"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bertflow: error: recipes/cpu-tiny.yaml: output_root: s3://bucket/recipe:")
-    assert "give a local directory" in err[0]
+
+    def names(root: str) -> list[str]:
+        cfg = load_recipe("recipes/cpu-tiny.yaml", output_root=root)
+        dirs = recipe_dirs(make_plan(cfg.pipeline()), cfg.comparison, cfg.phases[-1].instances.sentence_task)
+        every = [dirs.compare, *dirs.reference_glue.values(), *dirs.phase_intrinsic.values(), dirs.random_intrinsic,
+                 dirs.cross_instances, *dirs.cross_intrinsic.values()]
+        assert all(str(p).startswith(root.rstrip("/") + "/") for p in every), every
+        return [str(p)[len(root.rstrip("/")):] for p in every]
+
+    remote = names("s3://bucket/recipe/")
+    assert remote == names(str(tmp_path / "root")) and len(set(remote)) == len(remote) == 8
 
 
 def test_every_recipe_directory_comes_from_the_plan_once(tmp_path, monkeypatch):
