@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG
 from contracts.common import UserError, sha256_file
 from contracts.storage import Location, is_uri, location, scratch_root
+from contracts.views import fetched_whole, inside, prune_copies
 
 
 
@@ -47,13 +48,6 @@ def _step(name: str) -> Optional[int]:
         return int(name.split("_")[-1])
     except ValueError:
         return None
-
-
-def _safe(rel: str) -> bool:
-    """A marker's file name stays inside its checkpoint (a hand-edited marker cannot make us write or
-    delete elsewhere)."""
-    parts = rel.split("/")
-    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 class RemoteRun:
@@ -114,7 +108,7 @@ class RemoteRun:
             return {}
         except (ValueError, AttributeError) as err:
             raise UserError(f"{self.uri}/{name}: corrupt checkpoint marker: {err}") from None
-        return {k: v for k, v in (files or {}).items() if isinstance(k, str) and _safe(k) and k != MARKER}
+        return {k: v for k, v in (files or {}).items() if isinstance(k, str) and inside(k) and k != MARKER}
 
     # ------------------------------------------------------------ down
 
@@ -250,7 +244,7 @@ def _fetch_checkpoint(ckpt: str, dest: Path) -> None:
     against its size and SHA-256, the marker last."""
     files, loc = _marker_files(ckpt), location(ckpt)
     for rel, meta in sorted(files.items()):
-        if not _safe(rel) or rel == MARKER:
+        if not inside(rel) or rel == MARKER:
             continue
         try:
             loc.download(rel, dest / rel)
@@ -319,7 +313,6 @@ def cached_checkpoint(path: str | Path) -> Path:
     if not is_uri(path):
         return Path(path)
     import os
-    import time
 
     ckpt = _checkpoint_of(path)
     root = scratch_root()
@@ -327,22 +320,9 @@ def cached_checkpoint(path: str | Path) -> Path:
     if final.is_dir() and not _intact(final):
         shutil.rmtree(final.parent, ignore_errors=True)
     if not final.is_dir():
-        work = Path(tempfile.mkdtemp(prefix="bertflow-fetch-", dir=root))
-        try:
-            _fetch_checkpoint(ckpt, work / final.name)
-            try:
-                os.rename(work, final.parent)
-            except OSError:  # another job of this node put the same checkpoint there first
-                if not final.is_dir():
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        fetched_whole(final, lambda dest: _fetch_checkpoint(ckpt, dest))
     os.utime(final.parent)
-    stale = sorted((p for p in root.glob(f"{_CACHE_PREFIX}*") if p != final.parent),
-                   key=lambda p: p.stat().st_mtime, reverse=True)[MODEL_CACHE_KEEP - 1:]
-    for old in stale:
-        if time.time() - old.stat().st_mtime > 3600:
-            shutil.rmtree(old, ignore_errors=True)
+    prune_copies(root, _CACHE_PREFIX, final.parent, MODEL_CACHE_KEEP)
     return final
 
 
@@ -351,6 +331,6 @@ def _intact(local: Path) -> bool:
         files = json.loads((local / MARKER).read_text(encoding="utf-8")).get("files")
         return isinstance(files, dict) and all(
             (local / rel).is_file() and (local / rel).stat().st_size == meta.get("bytes")
-            for rel, meta in files.items() if _safe(rel) and rel != MARKER and isinstance(meta, dict))
+            for rel, meta in files.items() if inside(rel) and rel != MARKER and isinstance(meta, dict))
     except (OSError, ValueError, AttributeError):
         return False

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from contracts.common import UserError
 from contracts.storage import Meta, is_uri, location, scratch_root
@@ -64,47 +65,61 @@ def local_view(path: str | os.PathLike) -> Path:
     root = scratch_root()
     base = uri.rpartition("/")[2]
     final = root / f"{PREFIX}{key[:24]}" / base
+
+    def fill(dest: Path) -> None:
+        if kind == "file":
+            location(uri.rpartition("/")[0]).download(base, dest)
+            _check_size(dest, metas[0], uri)
+            return
+        loc = location(uri)
+        for m in metas:
+            if not inside(m.name):
+                raise UserError(f"{uri}/{m.name}: an object name that leaves its prefix cannot be copied")
+            (dest / m.name).parent.mkdir(parents=True, exist_ok=True)
+            loc.download(m.name, dest / m.name)
+            _check_size(dest / m.name, m, f"{uri}/{m.name}")
+
     if not final.exists():
-        work = Path(tempfile.mkdtemp(prefix=".bertflow-view-fetch-", dir=root))
-        try:
-            if kind == "file":
-                location(uri.rpartition("/")[0]).download(base, work / base)
-                _check_size(work / base, metas[0], uri)
-            else:
-                loc = location(uri)
-                for m in metas:
-                    dest = work / base / m.name
-                    if not _safe(m.name):
-                        raise UserError(f"{uri}/{m.name}: an object name that leaves its prefix cannot be copied")
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    loc.download(m.name, dest)
-                    _check_size(dest, m, f"{uri}/{m.name}")
-            try:
-                os.rename(work, final.parent)
-            except OSError:  # another job of this node put the same copy there first
-                if not final.exists():
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        fetched_whole(final, fill)
     os.utime(final.parent)
-    _prune(root, keep=final.parent)
+    prune_copies(root, PREFIX, final.parent, VIEWS_KEEP)
     return final
 
 
-def _safe(name: str) -> bool:
-    parts = name.split("/")
-    return bool(name) and not name.startswith("/") and ".." not in parts and "" not in parts
+def fetched_whole(final: Path, fill: Callable[[Path], None]) -> None:
+    """Make ``final`` (a file or directory alone in its own scratch directory ``final.parent``) appear
+    whole: ``fill`` writes it into a fresh temporary directory beside, renamed into place in one step, so
+    a copy that exists is complete; one another job of this node put there first is kept."""
+    work = Path(tempfile.mkdtemp(prefix="bertflow-fetch-", dir=final.parent.parent))
+    try:
+        fill(work / final.name)
+        try:
+            os.rename(work, final.parent)
+        except OSError:  # another job of this node put the same copy there first
+            if not final.exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def prune_copies(root: Path, prefix: str, keep: Path, n: int) -> None:
+    """Of the ``prefix*`` directories in ``root`` (one kind of node-local copy, named by this program),
+    keep ``keep`` and the ``n - 1`` other most recently used; remove older ones unused for an hour."""
+    copies = sorted((p for p in root.glob(f"{prefix}*") if p != keep and p.is_dir()),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in copies[n - 1:]:
+        if time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def inside(rel: str) -> bool:
+    """A relative name that stays below its directory or prefix (a listed or hand-edited name cannot
+    make us write or delete elsewhere)."""
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 def _check_size(local: Path, meta: Meta, uri: str) -> None:
     size = local.stat().st_size
     if size != meta.size:
         raise UserError(f"{uri}: fetched {size} bytes, the store lists {meta.size} (changed while copied? run again)")
-
-
-def _prune(root: Path, keep: Path) -> None:
-    views = sorted((p for p in root.glob(f"{PREFIX}*") if p != keep and p.is_dir()),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in views[VIEWS_KEEP - 1:]:
-        if time.time() - old.stat().st_mtime > 3600:
-            shutil.rmtree(old, ignore_errors=True)

@@ -90,3 +90,12 @@ def s3_env(s3_server, monkeypatch):
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)
     return f"s3://{s3_server.new_bucket()}"
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """Node-local scratch for what goes to or comes from an object store: a fresh folder of this test."""
+    path = tmp_path / "scratch"
+    path.mkdir()
+    monkeypatch.setenv("BERTFLOW_SCRATCH", str(path))
+    return path

@@ -10,14 +10,6 @@ from contracts.storage import location
 from contracts.views import PREFIX, local_view
 
 
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    path = tmp_path / "scratch"
-    path.mkdir()
-    monkeypatch.setenv("BERTFLOW_SCRATCH", str(path))
-    return path
-
-
 def test_a_local_path_is_itself(tmp_path):
     assert local_view(tmp_path / "x") == tmp_path / "x"
     assert local_view(str(tmp_path)) == tmp_path
@@ -41,7 +33,7 @@ def test_a_prefix_and_an_object_become_one_copy_each_and_a_change_is_fetched_ane
     again = local_view(f"{s3_env}/glue")
     assert again != d and (again / "RTE/train.tsv").read_bytes().endswith(b"\tb\n")
     assert (d / "RTE/train.tsv").read_bytes().endswith(b"\ta\n")  # the old copy is not changed under a reader
-    assert not list(scratch.glob(".bertflow-view-fetch-*"))  # no temporary directory left
+    assert not list(scratch.glob("bertflow-fetch-*"))  # no temporary directory left
 
 
 def test_a_missing_uri_is_one_line_naming_it(s3_env, scratch):

@@ -34,14 +34,6 @@ def _numbers(results: dict) -> list[tuple]:
     return [(p["step"], p["mlm_loss"], p["mlm_acc"], p["nsp_acc"], p["mlm_count"]) for p in results["curve"]]
 
 
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    path = tmp_path / "scratch"
-    path.mkdir()
-    monkeypatch.setenv("BERTFLOW_SCRATCH", str(path))
-    return path
-
-
 def test_intrinsic_of_a_run_on_s3_into_s3_equals_the_local_evaluation(pretrain_run, s3_env, scratch, tmp_path):
     run_dir, held_out = pretrain_run
     run_uri, out_uri, held_uri = s3_env + "/runs/r1", s3_env + "/eval/intrinsic", s3_env + "/held-out"
@@ -216,7 +208,7 @@ def test_glue_squad_and_ner_with_every_input_on_s3_equal_the_local_runs(tiny_hf,
         assert json.loads(location(f"{s3_env}/eval/{kind}").read("results.json")) == remote
         assert status(kind, cfg).done, kind
     # nothing of the copies is half-made; at most the copies themselves stay on scratch
-    assert not list(scratch.glob(".bertflow-view-fetch-*"))
+    assert not list(scratch.glob("bertflow-fetch-*"))
 
 
 def test_the_recipes_comparison_on_s3_equals_the_local_one(tiny_hf, s3_env, scratch, tmp_path):
@@ -225,13 +217,9 @@ def test_the_recipes_comparison_on_s3_equals_the_local_one(tiny_hf, s3_env, scra
     store, a rerun done, nothing left on scratch but the model copies."""
     from flows.stages import CompareStage
 
-    task = tmp_path / "glue" / "SST-2"
-    task.mkdir(parents=True)
-    words = ["good", "bad", "fine", "poor", "great", "awful"]
-    for name, n in (("train.tsv", 32), ("dev.tsv", 16)):
-        rows = [f"the {words[i % 6]} movie\t{int(words[i % 6] in ('good', 'fine', 'great'))}" for i in range(n)]
-        (task / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    glue = {"glue_dir": str(tmp_path / "glue"), "tasks": ["SST-2"], "learning_rates": [1e-3], "seeds": [1],
+    from tiny_tasks import write_tiny_sst2
+
+    glue = {"glue_dir": str(write_tiny_sst2(tmp_path / "glue")), "tasks": ["SST-2"], "learning_rates": [1e-3], "seeds": [1],
             "epochs": 1, "batch_size": 16, "max_seq_length": 16, "use_ray": False, "show_progress": False,
             "write_test_predictions": False}
 

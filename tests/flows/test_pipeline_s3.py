@@ -107,12 +107,9 @@ def test_the_demo_on_s3_equals_the_demo_on_disk_and_reruns_as_done(harness, s3_s
     from flows.config import PipelineConfig
     from flows.pipeline import evaluate
 
-    task = tmp_path / "glue" / "SST-2"
-    task.mkdir(parents=True)
-    words = ["good", "bad", "fine", "poor", "great", "awful"]
-    for name, n in (("train.tsv", 32), ("dev.tsv", 16)):
-        rows = [f"the {words[i % 6]} module\t{int(words[i % 6] in ('good', 'fine', 'great'))}" for i in range(n)]
-        (task / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    from tiny_tasks import write_tiny_sst2
+
+    write_tiny_sst2(tmp_path / "glue", noun="module")
     data = demo_config(root, max_steps=args.max_steps).model_dump(mode="json")
     data["evaluation"]["glue"] = {"tasks": ["SST-2"], "learning_rates": [1e-3], "seeds": [1], "epochs": 1,
                                   "batch_size": 16, "max_seq_length": 16, "use_ray": False, "show_progress": False,
