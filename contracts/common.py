@@ -46,6 +46,9 @@ class StrictModel(BaseModel):
     # class names its own (a subclass adds to its base's); a name that is not one of its fields is refused
     # when the class is defined, so no list here speaks for other packages' configs.
     run_fields: ClassVar[frozenset[str]] = frozenset()
+    # Options added after outputs were first named by this config's hash: left at these defaults they
+    # are left out of the hash (and of a pipeline directory's name), so older outputs stay done.
+    later_defaults: ClassVar[dict[str, Any]] = {}
     # A record the program writes and reads back (a registry entry, a gate row) may hold "" (no reason
     # given); a config a user writes may not.
     empty_strings: ClassVar[bool] = False
@@ -53,7 +56,7 @@ class StrictModel(BaseModel):
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
-        for kind in ("run_fields", "input_fields"):
+        for kind in ("run_fields", "input_fields", "later_defaults"):
             unknown = set(getattr(cls, kind)) - set(cls.model_fields)
             if unknown:
                 raise TypeError(f"{cls.__name__}.{kind} names no field of it: {sorted(unknown)}")
@@ -73,7 +76,14 @@ class StrictModel(BaseModel):
     def config_hash(self) -> str:
         """Stable 16-hex-digit hash of what the config decides about its outputs (the one rule: no
         run fields, no input paths)."""
-        return stable_hash(self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields)))
+        data = self.model_dump(mode="json", exclude=set(self.run_fields | self.input_fields))
+        return stable_hash(self.without_later_defaults(data))
+
+    @classmethod
+    def without_later_defaults(cls, data: dict) -> dict:
+        """``data`` (fields of this config) without the ``later_defaults`` options holding their default."""
+        later = cls.later_defaults
+        return {k: v for k, v in data.items() if k not in later or v != later[k]}
 
 
 NO_OUTPUT = "no output yet"

@@ -41,8 +41,10 @@ class RayOptions(StrictModel):
 class ShardConfig(RayOptions):
     """raw text -> N Parquet document shards (documents assigned by a stable hash of doc_id)."""
 
-    input_fields = frozenset({"inputs"})  # identity: each file's name under the input root, size, SHA-256
+    # identity: each file's name under the input root, size, SHA-256; the earlier snapshots' manifests
+    input_fields = frozenset({"inputs", "earlier"})
     run_fields = RayOptions.run_fields | {"output_dir", "overwrite"}
+    later_defaults = {"earlier": [], "seen_by": "content", "snapshot": None}
 
     inputs: list[str] = Field(
         ..., min_length=1, description="files, directories or globs, local or object-store (s3://bucket/prefix[/*.txt]); "
@@ -68,8 +70,16 @@ class ShardConfig(RayOptions):
         8 << 20, ge=1024, description="longer lines are skipped (their document dropped, counted); bounds memory"
     )
     overwrite: bool = Field(False, description="replace the shards of another config found in output_dir")
+    earlier: list[str] = Field(
+        default_factory=list, description="documents datasets of earlier snapshots: a document one of them "
+        "already holds (see seen_by) is not kept again, and is counted as seen_earlier")
+    seen_by: Literal["content", "id"] = Field(
+        "content", description="what makes a document one an earlier snapshot holds: the same text "
+        "(content: its sentences, exactly) or the same doc_id (id)")
+    snapshot: Optional[str] = Field(
+        None, description="this snapshot's name (e.g. its date folder), recorded in the dataset's lineage")
 
-    @field_validator("inputs")
+    @field_validator("inputs", "earlier")
     @classmethod
     def _absolute_inputs(cls, value: list[str]) -> list[str]:
         return [absolute(v) for v in value]

@@ -28,7 +28,7 @@ from contracts.schema import MANIFEST_NAME, FileEntry, Manifest
 from contracts.stage import StageDir, Storage, store_for
 from data_jobs.job_output import join
 from data_jobs.shard_tasks import (
-    done_record, find_duplicates, merge_shard, partition_units, write_json,
+    collect_seen, done_record, find_duplicates, merge_shard, needs_hashes, partition_units, write_json,
 )
 
 WORK = ".work"
@@ -55,6 +55,39 @@ def _input_records(units: list[Unit], known: list | None = None) -> list[list]:
             digest = cache.get((u.source, st.st_size, st.st_mtime_ns)) or sha256_file(u.path)
             rows.append([u.source, st.st_size, st.st_mtime_ns, digest])
     return rows
+
+
+def _earlier(config: ShardConfig) -> list[Manifest]:
+    """The manifests of the earlier snapshots' documents datasets (one line for one that is none)."""
+    found = []
+    for path in config.earlier:
+        try:
+            m = Manifest.read(path)
+        except UserError as err:
+            raise UserError(f"earlier: {err}") from None
+        if m.kind != "documents":
+            raise UserError(f"earlier: {path}: a {m.kind} dataset, not documents (the shard job's output)")
+        found.append(m)
+    return found
+
+
+def _earlier_records(manifests: list[Manifest]) -> list[list]:
+    """One input record per earlier snapshot: its dataset's identity (its place does not matter)."""
+    return [[f"earlier snapshot {i}", 0, "", m.identity()] for i, m in enumerate(manifests)]
+
+
+def _lineage(config: ShardConfig, manifests: list[Manifest]) -> dict[str, Any]:
+    """This snapshot and the earlier ones it was deduplicated against, oldest first: every snapshot the
+    datasets of the whole sequence came from."""
+    snapshots: list = []
+    for m in manifests:
+        for s in (m.stats.get("lineage") or {}).get("snapshots", []):
+            if s not in snapshots:
+                snapshots.append(s)
+    own = config.snapshot or f"documents {stable_hash([config.config_hash(), config.inputs])[:8]}"
+    return {"snapshot": config.snapshot, "snapshots": [*snapshots, own], "seen_by": config.seen_by,
+            "earlier": [{"snapshot": (m.stats.get("lineage") or {}).get("snapshot"), "identity": m.identity(),
+                         "documents": m.totals.get("documents_kept")} for m in manifests]}
 
 
 def _object_sha256(uri: str) -> str:
@@ -92,6 +125,7 @@ def _status(config: ShardConfig, units: list[Unit], deep: bool) -> tuple[Status,
         except UserError:
             pass
     records = _input_records(units, old.stats.get("inputs") if old is not None else None)
+    records += _earlier_records(_earlier(config))
     ident = _inputs_hash(records)
     if old is None:
         if has_manifest:
@@ -139,7 +173,7 @@ def _prepare_output(stage: StageDir, config: ShardConfig, chash: str, ihash: str
         stage.retract()
     elif stage.foreign() and not config.overwrite:
         raise UserError(f"{out}: not empty and not a bertflow documents dataset; use a new output dir")
-    for stale in ("parts", "hashes", "drops"):
+    for stale in ("parts", "hashes", "drops", "seen"):
         store.delete(f"{WORK}/{stale}")
     if not is_uri(out):
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -212,14 +246,22 @@ def _run_locked(config: ShardConfig, stage: StageDir, units: list[Unit]) -> Mani
     with Workers(config.num_workers, engine=config.engine, ray_address=config.ray_address,
                  preload=["data_jobs.shard_tasks"]) as w:
         read = _run_tasks(w, "read", partition_units, [(g, config, i, work) for i, g in enumerate(groups)], config)
-        if config.dedup:
-            _run_tasks(w, "dedup", find_duplicates, [(k, work) for k in range(n)], config)
+        earlier = _earlier(config)
+        if earlier:  # the earlier snapshots' documents' keys, where this job's documents meet them
+            files = [(join(e, f.name), (f.bytes, f.sha256), config, work, f"e{i:03d}-{j:05d}")
+                     for i, (e, m) in enumerate(zip(config.earlier, earlier)) for j, f in enumerate(m.files)]
+            _run_tasks(w, "earlier snapshots", collect_seen, files, config)
+        if needs_hashes(config):
+            seen = bool(earlier) and config.seen_by == "content"
+            _run_tasks(w, "dedup", find_duplicates, [(k, work, config.dedup, seen) for k in range(n)], config)
         todo = [s for s in range(n) if done_record(s, config, work, key) is None]
         _run_tasks(w, "merge", merge_shard, [(s, config, work, key) for s in todo], config)
     shards = [done_record(s, config, work, key) for s in range(n)]
     if any(r is None for r in shards):
         raise UserError(f"{out}: a shard changed while the job ran; rerun it")
     manifest = _manifest(config, chash, records, read, shards)
+    if config.earlier or config.snapshot:
+        manifest.stats["lineage"] = _lineage(config, _earlier(config))
     store = stage.store  # on a store, written only while this run still holds the lease
     store.write_json(MANIFEST_NAME, manifest.model_dump(mode="json"))  # last: what makes the dataset exist
     store.delete(WORK)

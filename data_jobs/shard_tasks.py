@@ -42,6 +42,15 @@ BUCKET_SCHEMA = pa.schema(
      ("content_hash", pa.binary(16))]
 )
 HASH_SCHEMA = pa.schema([("content_hash", pa.binary(16)), ("doc_id", pa.string()), ("shard", pa.int32())])
+DROP_SCHEMA = pa.schema([("doc_id", pa.string()), ("shard", pa.int32()), ("reason", pa.string())])
+SEEN_BY = {"content": pa.schema([("content_hash", pa.binary(16))]), "id": pa.schema([("doc_id", pa.string())])}
+SEEN_EARLIER = "seen_earlier"  # the reason a document an earlier snapshot holds is not kept again
+
+
+def needs_hashes(config) -> bool:
+    """Whether documents' content hashes are routed to hash buckets: for dedup, and to meet an earlier
+    snapshot's documents by content."""
+    return config.dedup or bool(config.earlier and config.seen_by == "content")
 
 
 def _h64(data: bytes) -> int:
@@ -113,7 +122,7 @@ def partition_units(units: list[Unit], config, task: int, work: str) -> dict[str
             hash_cols[1] += cols[0]
             hash_cols[2] += [s] * len(rows)
             rows.clear()
-        if config.dedup and hash_cols[0]:
+        if needs_hashes(config) and hash_cols[0]:
             # Route (content_hash, doc_id, shard) by content hash: one file per hash bucket touched.
             hashes = pa.table(hash_cols, schema=HASH_SCHEMA)
             bucket_of = np.array([_h64(h) % n for h in hash_cols[0]], dtype=np.int64)
@@ -159,12 +168,42 @@ def _read_dir(work: str, subdir: str, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, schema=schema) for f in files]).combine_chunks()
 
 
-def find_duplicates(bucket: int, work: str) -> int:
-    """Step 2 for one hash bucket: write (doc_id, shard) of every non-first copy; return their count."""
+def collect_seen(path: str, expect: tuple[int, str], config, work: str, tag: str) -> int:
+    """Step 1b for one shard file of an earlier snapshot's documents: each document's key (``seen_by``:
+    its content hash, or its doc_id), routed where this job's own documents meet it: by hash bucket
+    (``find_duplicates``) or by output shard (``merge_shard``). Returns how many documents it read."""
+    from data_jobs.job_output import fetched
+
+    n = config.num_shards
+    with fetched(path, expect) as local:  # an object: a checked node-local copy
+        table = pq.read_table(local, columns=["doc_id", "sentences"])
+    if config.seen_by == "id":
+        keys = table.column("doc_id").to_pylist()
+        route = [shard_of(k, n) for k in keys]
+    else:
+        keys = [content_hash(s) for s in table.column("sentences").to_pylist()]
+        route = [_h64(k) % n for k in keys]
+    schema = SEEN_BY[config.seen_by]
+    by_place: dict[int, list] = {}
+    for k, place in zip(keys, route):
+        by_place.setdefault(place, []).append(k)
+    for place, vals in sorted(by_place.items()):
+        _write(pa.table([pa.array(vals, schema.field(0).type)], schema=schema), work, f"seen/{place:05d}/{tag}.parquet")
+    return table.num_rows
+
+
+def _seen(work: str, place: int, seen_by: str) -> pa.Array:
+    return _read_dir(work, f"seen/{place:05d}", SEEN_BY[seen_by]).column(0).combine_chunks()
+
+
+def find_duplicates(bucket: int, work: str, dedup: bool = True, seen: bool = False) -> int:
+    """Step 2 for one hash bucket: write (doc_id, shard, reason) of every document to drop: with
+    ``dedup`` every non-first copy ("duplicate"); with ``seen`` every document whose content an earlier
+    snapshot holds (``seen_earlier``, all its copies). Returns their count."""
     table = _read_dir(work, f"hashes/{bucket:05d}", HASH_SCHEMA)
     out = f"drops/{bucket:05d}.parquet"
     if table.num_rows == 0:
-        _write(pa.table({"doc_id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())}), work, out)
+        _write(DROP_SCHEMA.empty_table(), work, out)
         return 0
     table = table.take(pc.sort_indices(table, [("content_hash", "ascending"), ("doc_id", "ascending")]))
     col = table.column("content_hash").combine_chunks()
@@ -176,17 +215,26 @@ def find_duplicates(bucket: int, work: str) -> int:
     first = np.maximum.accumulate(np.where(new_group, idx, 0))
     # Keep the smallest doc_id of each content group: a choice no worker count can change. Rows that
     # repeat the kept doc_id itself are left to merge_shard, which sees them side by side.
-    drop = ~new_group & (ids != ids[first])
-    _write(pa.table({"doc_id": table.column("doc_id").filter(pa.array(drop)),
-                     "shard": table.column("shard").filter(pa.array(drop))}), work, out)
-    return int(drop.sum())
+    drop = ~new_group & (ids != ids[first]) if dedup else np.zeros(len(digests), dtype=bool)
+    earlier = np.zeros(len(digests), dtype=bool)
+    if seen:
+        known = _seen(work, bucket, "content")
+        if len(known):
+            have = np.frombuffer(known.buffers()[1], dtype="S16")[known.offset : known.offset + len(known)]
+            earlier = np.isin(digests, have)
+    reason = np.where(earlier, SEEN_EARLIER, "duplicate")
+    mask = pa.array(drop | earlier)
+    _write(pa.table({"doc_id": table.column("doc_id").filter(mask), "shard": table.column("shard").filter(mask),
+                     "reason": pa.array(reason[drop | earlier].tolist(), pa.string())}, schema=DROP_SCHEMA), work, out)
+    return int((drop | earlier).sum())
 
 
-def _drop_list(work: str, shard: int) -> set[str]:
-    out: set[str] = set()
+def _drop_list(work: str, shard: int) -> dict[str, str]:
+    """doc_id -> why it is dropped, for the documents of ``shard`` that ``find_duplicates`` listed."""
+    out: dict[str, str] = {}
     for f in _sources(work, "drops"):
-        t = pq.read_table(f, filters=[("shard", "=", shard)], columns=["doc_id"])
-        out.update(t.column("doc_id").to_pylist())
+        t = pq.read_table(f, filters=[("shard", "=", shard)], columns=["doc_id", "reason"])
+        out.update(zip(t.column("doc_id").to_pylist(), t.column("reason").to_pylist()))
     return out
 
 
@@ -196,7 +244,8 @@ def merge_shard(shard: int, config, work: str, config_hash: str) -> dict[str, An
     table = table.take(pc.sort_indices(table, [("doc_id", "ascending"), ("content_hash", "ascending")]))
     ids = table.column("doc_id").to_pylist()
     hashes = table.column("content_hash").to_pylist()
-    drop_ids = _drop_list(work, shard) if config.dedup else set()
+    drop_ids = _drop_list(work, shard) if needs_hashes(config) else {}
+    seen_ids = set(_seen(work, shard, "id").to_pylist()) if config.earlier and config.seen_by == "id" else set()
     dropped: Counter = Counter()
     keep = []
     for i, doc_id in enumerate(ids):
@@ -204,7 +253,9 @@ def merge_shard(shard: int, config, work: str, config_hash: str) -> dict[str, An
             # doc_ids must be unique; the same id twice is a repeated input or a repeated id column value.
             dropped["duplicate" if config.dedup and hashes[i] == hashes[i - 1] else "duplicate_doc_id"] += 1
         elif doc_id in drop_ids:
-            dropped["duplicate"] += 1
+            dropped[drop_ids[doc_id]] += 1
+        elif doc_id in seen_ids:
+            dropped[SEEN_EARLIER] += 1
         else:
             keep.append(i)
     docs = table.take(pa.array(keep, pa.int64())).select(["doc_id", "source", "sentences"])

@@ -160,8 +160,8 @@ def _named(root: Where, kind: str, model: type, spec: BaseModel, prefix: str = "
     # Whether a stage is done is each stage's own status (inputs by content).
     # The wired inputs by their root-relative names as given (a config makes relative paths absolute
     # against the working directory: the name must not depend on where the command was started).
-    digest = stable_hash([probe.config_hash(),
-                          {k: rel_wiring.get(k, getattr(probe, k)) for k in sorted(model.input_fields)}])
+    digest = stable_hash([probe.config_hash(), model.without_later_defaults(
+        {k: rel_wiring.get(k, getattr(probe, k)) for k in sorted(model.input_fields)})])
     out = join(root, kind, f"{prefix}{digest}")
     abs_wiring = {k: (str(v) if isinstance(v, (Path, str)) else v) for k, v in wiring.items()}
     return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)
