@@ -143,3 +143,14 @@ def test_the_documented_snapshot_commands_run_as_written(tmp_path, monkeypatch, 
     m = Manifest.read(tmp_path / "runs" / "docs-2026-12-02")
     assert m.totals["documents_kept"] == 1 and m.totals["dropped"] == {"seen_earlier": 1}
     assert m.stats["lineage"]["snapshots"] == ["2026-12-01", "2026-12-02"]
+
+
+def test_an_earlier_snapshot_on_an_object_store(snapshots, s3_env, scratch):
+    """The earlier dataset as an s3:// prefix (its files fetched and checked against its manifest): the
+    same shards and counts as with the local earlier dataset."""
+    s = snapshots
+    run(_cfg(s["first"], s3_env + "/docs-1", snapshot="2026-12-01"))
+    local = run(_cfg(s["second"], s["tmp"] / "from-local", earlier=[str(s["docs1"])], snapshot="2026-12-02"))
+    remote = run(_cfg(s["second"], s["tmp"] / "from-s3", earlier=[s3_env + "/docs-1"], snapshot="2026-12-02"))
+    assert [(f.name, f.sha256) for f in remote.files] == [(f.name, f.sha256) for f in local.files]
+    assert remote.totals == local.totals and remote.totals["dropped"]["seen_earlier"] == 1
