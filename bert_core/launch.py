@@ -69,7 +69,7 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
     return TrainResult.from_run_dir(_spawn(config, resume, log))
 
 
-def command(config: TrainConfig, cfg_file: Path, resume: bool | str) -> list[str]:
+def command(config: TrainConfig, cfg_file: Path | str, resume: bool | str) -> list[str]:
     """The torchrun / deepspeed command line starting the ranks of ``config`` (each ``bert_core.rank``)."""
     script = rank.command(cfg_file, resume)
     bindir = Path(sys.executable).parent
@@ -87,11 +87,12 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
         from bert_core.hostfile import read_hostfile
 
         read_hostfile(config.hostfile)  # an unknown host: one clear error now, not an ssh timeout later
+    cfg_file: Path | str
     if is_uri(config.output_dir):  # an s3:// run (bert_core.remote_run): the ranks' config on local scratch
         run_dir: Path | str = config.output_dir
         cfg_file = scratch_mirror(config.output_dir).with_suffix(".launch.json")
-        if config.hostfile:  # every node reads it: where DeepSpeed's multi-node runner starts them (the cwd)
-            cfg_file = Path.cwd() / f".{cfg_file.name}"
+        if config.hostfile:  # ranks on other nodes, which share no file system: beside the run on the store
+            cfg_file = rank.beside(config.output_dir)
         launched = config
     else:
         run_dir = Path(config.output_dir).resolve()
@@ -101,11 +102,11 @@ def _spawn(config: TrainConfig, resume: bool, log: Log) -> Path | str:
     try:
         return _spawned(config, cfg_file, resume, log, run_dir)
     finally:
-        if is_uri(config.output_dir):
+        if isinstance(cfg_file, Path) and is_uri(config.output_dir):
             cfg_file.unlink(missing_ok=True)  # scratch: nothing of the run is left on the node
 
 
-def _spawned(config: TrainConfig, cfg_file: Path, resume: bool, log: Log, run_dir: Path | str) -> Path | str:
+def _spawned(config: TrainConfig, cfg_file: Path | str, resume: bool, log: Log, run_dir: Path | str) -> Path | str:
     cmd = command(config, cfg_file, resume)
     log("launching: " + " ".join(cmd))
     tail: deque[str] = deque(maxlen=200)

@@ -17,19 +17,39 @@ from typing import Sequence
 from bert_core import train
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, build_config, run_main
+from contracts.storage import is_uri, location
 
 PREVIOUS_GOOD = "previous-good"
 
 
-def write_config(config: TrainConfig, path: Path) -> None:
-    """The file a rank reads: every field of ``config`` (JSON round-trips each exactly)."""
+def beside(run_uri: str) -> str:
+    """Where the launch config of a run on an object store goes when its ranks start on several nodes:
+    ``<parent>/.<run>.launch.json`` on the store, which every node reads (no shared file system needed)."""
+    parent, _, name = run_uri.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}.launch.json"
+
+
+def write_config(config: TrainConfig, path: Path | str) -> None:
+    """The file a rank reads: every field of ``config`` (JSON round-trips each exactly); a local path or
+    an object on a store."""
+    data = json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True).encode("utf-8")
+    if is_uri(path):
+        parent, _, name = str(path).rpartition("/")
+        location(parent).write(name, data)
+        return
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config.model_dump(mode="json"), indent=1, sort_keys=True), encoding="utf-8")
+    path.write_bytes(data)
 
 
 def read_config(path: str) -> TrainConfig:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if is_uri(path):
+            parent, _, name = path.rpartition("/")
+            raw = location(parent).read(name)
+        else:
+            raw = Path(path).read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: cannot read the launch config ({e.__class__.__name__}: {e})") from None
     if not isinstance(data, dict):
@@ -37,7 +57,7 @@ def read_config(path: str) -> TrainConfig:
     return build_config(TrainConfig, data, path)
 
 
-def command(config_file: Path, resume: bool | str) -> list[str]:
+def command(config_file: Path | str, resume: bool | str) -> list[str]:
     """``-m bert_core.rank`` and its arguments, for a launcher's command line."""
     args = ["-m", "bert_core.rank", str(config_file)]
     if resume:

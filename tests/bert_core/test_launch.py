@@ -74,3 +74,20 @@ def test_the_rank_entry_point_reads_back_every_field_and_refuses_a_bad_file(tmp_
         assert rank.main([str(tmp_path / name)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("bertflow: error: ") and name in err[0], err
+
+
+def test_a_multi_node_run_on_s3_reads_its_launch_config_from_the_store(s3_env):
+    """Ranks on several nodes share no file system: for an s3:// run the launch config goes beside the
+    run on the store (every node reads it there) and round-trips every field."""
+    from bert_core import rank
+
+    cfg = build_config(TrainConfig, {"data_dir": f"{s3_env}/instances", "output_dir": f"{s3_env}/runs/large/",
+                                     "engine": "deepspeed", "launcher": "deepspeed", "hostfile": "hosts"})
+    where = rank.beside(cfg.output_dir)
+    assert where == f"{s3_env}/runs/.large.launch.json"
+    rank.write_config(cfg, where)
+    assert rank.read_config(where) == cfg
+    cmd = launch.command(cfg, where, resume=False)
+    assert cmd[1:3] == ["--hostfile", "hosts"] and cmd[-2:] == ["bert_core.rank", where]
+    with pytest.raises(UserError, match=rf"^{s3_env}/runs/.none.launch.json: cannot read the launch config"):
+        rank.read_config(f"{s3_env}/runs/.none.launch.json")
