@@ -43,6 +43,14 @@ def _objects(uri: str) -> tuple[str, list[Meta]]:
     return "dir", below
 
 
+def view_of(root: str | os.PathLike, *parts: str) -> Path:
+    """``root/parts`` as a local path: joined for a local root; for an object-store root, this node's copy
+    of just that object or prefix (one GLUE task's directory, not every task's)."""
+    if not is_uri(root):
+        return Path(root).joinpath(*parts)
+    return local_view("/".join([str(root).rstrip("/"), *parts]))
+
+
 def check_exists(uri: str, what: str) -> None:
     """One line naming ``what`` (an option) and ``uri`` when the store holds no object or prefix there."""
     try:

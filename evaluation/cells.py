@@ -24,7 +24,7 @@ from typing import Callable
 
 from bert_core.identity import identity
 from contracts.common import stable_hash, write_json_atomic
-from contracts.views import local_view
+from contracts.views import view_of
 from data_jobs.tokenization import vocab_hash
 from evaluation.config import GlueConfig, without_later_defaults
 
@@ -56,7 +56,7 @@ def cell_inputs(cfg: GlueConfig, model_config, vocab_file: str, task: str) -> di
         model = stable_hash(["random-init", model_config.model_dump(mode="json"), vocab])
     else:
         model = identity(cfg.model_path)
-    return {"model": model, "vocab": vocab, "data": identity(local_view(cfg.glue_dir) / task)}
+    return {"model": model, "vocab": vocab, "data": identity(view_of(cfg.glue_dir, task))}
 
 
 def cell_path(output_dir: str | Path, key: str) -> Path:

@@ -19,7 +19,7 @@ from bert_core.identity import identity
 from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError, write_json_atomic
-from contracts.views import local_view
+from contracts.views import view_of
 from evaluation import glue
 from evaluation.cells import cell_inputs, cell_job, cell_key, model_dir, read_cell, split_grid
 from evaluation.config import GlueConfig
@@ -35,7 +35,7 @@ from evaluation.text import bert_tokenizer
 
 def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
     """(train, dev files, existing test files); missing train/dev files are a UserError."""
-    d = local_view(cfg.glue_dir) / spec.name  # a URI: this node's copy (contracts.views)
+    d = view_of(cfg.glue_dir, spec.name)  # a URI: this node's copy of the task (contracts.views)
     train = d / "train.tsv"
     devs = {name: d / f for name, f in spec.dev_files.items()}
     if not train.is_file() and d.is_dir() and any(p.is_file() for p in devs.values()):

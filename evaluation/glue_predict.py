@@ -17,7 +17,7 @@ import torch
 
 from contracts.common import UserError
 from contracts.storage import is_uri
-from contracts.views import local_view
+from contracts.views import view_of
 from evaluation import glue
 from evaluation.config import GlueConfig
 from evaluation.finetune import forward_inputs, predict
@@ -59,7 +59,7 @@ def job_data(cfg: GlueConfig) -> dict:
 
 def _files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[dict[str, Path], dict[str, Path]]:
     """(dev files that exist, test files): only the test files are required (unless not predicted)."""
-    d = local_view(cfg.glue_dir) / spec.name  # a URI: this node's copy (contracts.views)
+    d = view_of(cfg.glue_dir, spec.name)  # a URI: this node's copy of the task (contracts.views)
     if not d.is_dir():
         raise UserError(f"{d}: task directory not found")
     devs = {name: d / f for name, f in spec.dev_files.items() if (d / f).is_file()}
@@ -124,7 +124,7 @@ def predict_glue(cfg: GlueConfig) -> dict:
     [job] = run_jobs(predict_job, [(job_data(cfg),)], cfg, desc="GLUE prediction")
     written = {}
     for name, preds in job["test_predictions"].items():
-        path = local_view(cfg.glue_dir) / spec.name / spec.test_files[name]
+        path = view_of(cfg.glue_dir, spec.name) / spec.test_files[name]
         out = Path(cfg.output_dir) / "glue_test" / f"{name}.tsv"
         glue.write_submission(out, spec, glue.read_test_examples(spec, path, cfg.max_eval_examples), preds)
         written[name] = str(out)

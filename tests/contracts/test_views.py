@@ -40,3 +40,15 @@ def test_a_missing_uri_is_one_line_naming_it(s3_env, scratch):
     with pytest.raises(UserError, match=rf"^{s3_env}/nothing: not found"):
         local_view(f"{s3_env}/nothing")
     assert not list(scratch.iterdir())
+
+
+def test_a_view_of_one_part_copies_only_that_part(s3_env, scratch, tmp_path):
+    from contracts.views import view_of
+
+    loc = location(f"{s3_env}/glue")
+    loc.write("RTE/train.tsv", b"a\n")
+    loc.write("MNLI/train.tsv", b"b" * 1000)
+    rte = view_of(f"{s3_env}/glue/", "RTE")
+    assert rte.name == "RTE" and sorted(p.name for p in rte.iterdir()) == ["train.tsv"]
+    assert not [p for p in scratch.rglob("*") if p.name == "MNLI"]
+    assert view_of(tmp_path / "glue", "RTE") == tmp_path / "glue" / "RTE"  # local: joined, nothing copied

@@ -120,7 +120,7 @@ def test_pipeline_eval_of_an_s3_model_without_a_checkpoint_is_refused_before_any
 
 
 @pytest.mark.parametrize("kind, argv, line", [
-    ("glue", ["--glue-dir", "{s3}/glue", "--output-dir", "{tmp}/g"], "{s3}/glue: not found"),
+    ("glue", ["--glue-dir", "{s3}/glue", "--tasks", "RTE", "--output-dir", "{tmp}/g"], "{s3}/glue/RTE: not found"),
     ("glue", ["--glue-dir", "{tmp}", "--save-models", "best", "--output-dir", "{s3}/g"],
      "save_models: fine-tuned models are kept in a local output_dir, not {s3}/g"),
 ])
