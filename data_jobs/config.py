@@ -162,3 +162,40 @@ class InstancesConfig(RayOptions):
         if self.split == "heldout" and self.heldout_shards == 0:
             raise ValueError("split 'heldout' needs heldout_shards >= 1")
         return self
+
+
+class MixConfig(StrictModel):
+    """Instances datasets -> one instances dataset holding a deterministic, weighted mixture of their rows
+    (source weights such as Wikipedia and books; replay of earlier snapshots in continual pretraining)."""
+
+    input_fields = frozenset({"sources"})  # identity: each source's manifest identity (totals.input_hash)
+    run_fields = frozenset({"output_dir"})
+
+    sources: list[str] = Field(
+        ..., min_length=1, description="instances datasets (directories or s3:// prefixes) to mix; they must share "
+        "vocab, max_seq_length, max_predictions_per_seq, length_bin_size and sentence_task")
+    weights: list[float] = Field(
+        ..., min_length=1, description="one per source: w takes floor(w) full copies of the source's rows plus a "
+        "seed-determined sample of round((w - floor(w)) x rows) of them (1 = all once, 0.25 = a quarter)")
+    output_dir: str = Field(
+        ..., description="directory or s3:// prefix receiving the mixed instance files and manifest.json")
+    seed: int = Field(
+        0, ge=0, description="seed of the fractional samples; output is a pure function of inputs, config and seed")
+
+    @field_validator("sources")
+    @classmethod
+    def _absolute_sources(cls, value: list[str]) -> list[str]:
+        return [absolute(v) for v in value]
+
+    _absolute_output = field_validator("output_dir")(classmethod(lambda cls, v: absolute(v)))
+
+    @model_validator(mode="after")
+    def _weights(self) -> "MixConfig":
+        if len(self.weights) != len(self.sources):
+            raise ValueError(f"weights: {len(self.weights)} given for {len(self.sources)} sources (one per source)")
+        negative = [w for w in self.weights if w < 0]
+        if negative:
+            raise ValueError(f"weights: {negative[0]} is negative (each weight must be >= 0)")
+        if not any(self.weights):
+            raise ValueError("weights: all are 0 (the mixture would be empty)")
+        return self

@@ -17,6 +17,7 @@ COMMANDS: dict[str, Union[Target, tuple[dict[str, Target], str]]] = {
         "shard": ("data_jobs.shard_job:main", "raw text -> Parquet document shards"),
         "vocab": ("data_jobs.vocab_job:main", "train (or adopt) a WordPiece vocab over document shards"),
         "instances": ("data_jobs.instances_job:main", "document shards -> static MLM/NSP instances"),
+        "mix": ("data_jobs.mix_job:main", "weighted mixture of instance datasets (source weights, replay)"),
         "inspect": ("data_jobs.inspect:main", "summarise a manifest; decode a few instances back to text"),
     }, "data jobs on Ray: shard | vocab | instances | inspect"),
     "train": ("bert_core.launch:main", "pretrain BERT (single process, torchrun/deepspeed ranks, or Ray Train)"),
