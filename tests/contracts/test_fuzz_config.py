@@ -22,9 +22,10 @@ from pydantic import BaseModel
 
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, load_config
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from data_jobs.config import InstancesConfig, MixConfig, ShardConfig, VocabConfig
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.config import PipelineConfig, make_plan
+from flows.continual import ContinualConfig
 from flows.recipe import RecipeConfig, load_recipe
 from fuzz_settings import fuzz
 
@@ -38,6 +39,8 @@ MINIMAL: dict[type[BaseModel], dict] = {
     SquadConfig: {"model_path": f"{BASE}/m", "output_dir": f"{BASE}/out", "dev_file": f"{BASE}/dev.json"},
     NerConfig: {"model_path": f"{BASE}/m", "output_dir": f"{BASE}/out", "conll_dir": f"{BASE}/conll"},
     IntrinsicConfig: {"model_path": f"{BASE}/m", "output_dir": f"{BASE}/out", "instances_dir": f"{BASE}/i"},
+    MixConfig: {"sources": [f"{BASE}/a", f"{BASE}/b"], "weights": [1.0, 0.25], "output_dir": f"{BASE}/out"},
+    ContinualConfig: {"source": f"{BASE}/corpus", "output_root": f"{BASE}/runs", "train": {}},
     PipelineConfig: {"output_root": f"{BASE}/runs", "shard": {"inputs": [f"{BASE}/corpus"]},
                      "phases": [{"name": "p1", "instances": {}, "train": {}}],
                      "evaluation": {"intrinsic": {}, "glue": {}, "squad": {"dev_file": f"{BASE}/dev.json"},

@@ -6,12 +6,13 @@ import pytest
 
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from bert_core.train_config import TrainConfig
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from data_jobs.config import InstancesConfig, MixConfig, ShardConfig, VocabConfig
 from flows.cli import COMMANDS, main
 from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
 GENERATED = {
     ("data", "shard"): ShardConfig, ("data", "vocab"): VocabConfig, ("data", "instances"): InstancesConfig,
+    ("data", "mix"): MixConfig,
     ("train",): TrainConfig, ("eval", "glue"): GlueConfig, ("eval", "squad"): SquadConfig,
     ("eval", "ner"): NerConfig, ("eval", "intrinsic"): IntrinsicConfig,
 }
