@@ -36,6 +36,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -310,6 +311,19 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
     parent = reg.promoted()
     p = plan_snapshot(cfg, root, snapshot, parent, firings)
     orch = cfg.orchestration
+    timings: dict[str, float] = {}  # seconds per kind of stage (shard, vocab, instances, mix, train, export, eval)
+    started, inner = time.perf_counter(), run
+
+    def run(stage):
+        t0 = time.perf_counter()
+        try:
+            return inner(stage)
+        finally:
+            kind = stage.name.split(":")[0]
+            timings[kind] = round(timings.get(kind, 0.0) + time.perf_counter() - t0, 3)
+
+    def timed(rec: dict) -> dict:
+        return {**rec, "seconds": {**timings, "firing": round(time.perf_counter() - started, 3)}}
 
     def data(job: str, c):
         return run(DataStage(job, c, orch.ray_job_address, orch.job_python))
@@ -327,7 +341,7 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
         junk = unreadable_reason(cfg, str(p.heldout.output_dir), vocab)
     if junk:
         log(f"continual: snapshot {snapshot} rejected before training: {junk}")
-        return _finish(cfg, firings, reg, {**record, "decision": "reject", "reason": junk, "model": None})
+        return _finish(cfg, firings, reg, timed({**record, "decision": "reject", "reason": junk, "model": None}))
     data("instances", p.train_instances)
     mix = p.mix(cfg, root)
     data_dir = str(p.train_instances.output_dir)
@@ -364,7 +378,7 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
         run(ExportStage(trained["run_dir"], str(join(root, "promoted"))))  # the stable path
     record.update(decision=decision.decision, reason=decision.reason, model=entry.id, export=export,
                   run_dir=trained["run_dir"], data_dir=data_dir, losses=losses, gate=decision.model_dump(mode="json"))
-    return _finish(cfg, firings, reg, record)
+    return _finish(cfg, firings, reg, timed(record))
 
 
 def _train_config():
@@ -415,13 +429,34 @@ def _finish(cfg: ContinualConfig, firings: Firings, reg: Registry, record: dict)
         art.publish_markdown("bertflow-gate", md, f"continual pretraining: snapshot {record['snapshot']}, "
                              f"{record['decision']}")
         art.publish_markdown("bertflow-registry", registry_markdown(reg), "bertflow model registry")
-    if cfg.notify:
-        try:
-            subprocess.run(cfg.notify, input=json.dumps(record).encode(), timeout=60, check=True,
-                           stdout=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError) as err:  # a hook failing does not undo the decision
-            print(f"bertflow: warning: notify command {cfg.notify[0]!r} failed: {err}", file=sys.stderr)
+    _notify(cfg, record)
     return record
+
+
+def _notify(cfg: ContinualConfig, record: dict) -> None:
+    """The configured notify command, with the record as JSON on stdin; its failure is a warning line
+    (a hook cannot undo a decision)."""
+    if not cfg.notify:
+        return
+    try:
+        subprocess.run(cfg.notify, input=json.dumps(record).encode(), timeout=60, check=True,
+                       stdout=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as err:
+        print(f"bertflow: warning: notify command {cfg.notify[0]!r} failed: {err}", file=sys.stderr)
+
+
+def _failed(cfg: ContinualConfig, snapshot: str, err: BaseException) -> None:
+    """A firing that failed: no record (the next firing redoes the snapshot, skipping what is done), the
+    promoted model untouched; said in an artifact and to the notify command."""
+    why = (str(err).splitlines() or [""])[0] or type(err).__name__
+    record = {"snapshot": snapshot, "decision": "failed", "reason": f"{type(err).__name__}: {why}"}
+    if _in_flow():
+        from flows import artifacts as art
+
+        art.publish_markdown("bertflow-gate", f"### snapshot {snapshot}: failed\n\n{record['reason']}\n\nThe promoted "
+                             "model is unchanged; the next firing resumes this snapshot.\n",
+                             f"continual pretraining: snapshot {snapshot}, failed")
+    _notify(cfg, record)
 
 
 def _in_flow() -> bool:
@@ -458,7 +493,11 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
         for snap in new:
             if firings.read(snap) is not None:  # decided by a firing that held the lock before us
                 continue
-            rec = fire_snapshot(cfg, snap, run, log)
+            try:
+                rec = fire_snapshot(cfg, snap, run, log)
+            except Exception as err:
+                _failed(cfg, snap, err)
+                raise
             log(f"continual: snapshot {snap}: {rec['decision']} ({rec['reason']})")
             decided.append(rec)
     return {"new": new, "decided": decided}

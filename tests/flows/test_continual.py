@@ -21,7 +21,7 @@ import yaml
 
 from contracts.common import UserError
 from flows.continual import ContinualConfig, Firings, fire, main, root_of, snapshots_in
-from flows.gate import GateConfig, decide
+from flows.gate import decide
 from flows.registry import Registry
 from hang import HANG_S
 
@@ -185,7 +185,9 @@ def test_a_failed_firing_leaves_the_promoted_model_and_the_next_resumes(tmp_path
     from flows.stages import ExportStage, TrainStage
 
     source = make_snapshots(tmp_path / "corpus", names=GOOD[:2], junk=False)
-    cfg = config(source, tmp_path / "out")
+    heard = tmp_path / "notified.jsonl"
+    hook = [sys.executable, "-c", f"import sys; open({str(heard)!r}, 'a').write(sys.stdin.read() + chr(10))"]
+    cfg = config(source, tmp_path / "out", notify=hook)
     seen = []
 
     def failing(stage):
@@ -208,6 +210,11 @@ def test_a_failed_firing_leaves_the_promoted_model_and_the_next_resumes(tmp_path
     assert [r["snapshot"] for r in result["decided"]] == [GOOD[1]]
     assert seen == ["done"]  # the candidate trained by the failed firing is not trained again
     assert reg.get(result["decided"][0]["model"]).parent == first.id
+    told = [json.loads(line) for line in heard.read_text().splitlines()]
+    assert [(t["snapshot"], t["decision"]) for t in told] == [
+        (GOOD[0], "promote"), (GOOD[1], "failed"), (GOOD[1], result["decided"][0]["decision"])]
+    assert "node lost" in told[1]["reason"]
+    assert told[2]["seconds"]["train"] < told[2]["seconds"]["firing"]
     here = Path(result["decided"][0]["export"]) / "model.safetensors"
     there = Path(_records(fired)[GOOD[1]]["export"]) / "model.safetensors"
     assert here.read_bytes() == there.read_bytes()
