@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from pydantic import Field
+from prefect import flow
+from pydantic import Field, model_validator
 
 from contracts.common import ArgParser, StrictModel, UserError, build_config, json_record, load_yaml, stable_hash
 from contracts.storage import is_uri, location
@@ -63,7 +64,7 @@ FIRINGS = "firings"
 class Quality(StrictModel):
     """Checks on a new snapshot before any training: a snapshot failing one is rejected, with the reason."""
 
-    min_documents: int = Field(10, ge=1, description="reject a snapshot with fewer new documents than this "
+    min_documents: int = Field(2, ge=2, description="reject a snapshot with fewer new documents than this "
                                "(after duplicates and documents of earlier snapshots are dropped)")
     max_duplicate_fraction: float = Field(0.5, ge=0.0, le=1.0, description="reject a snapshot whose documents are "
                                           "mostly duplicates or earlier snapshots' documents (share of those read)")
@@ -97,6 +98,13 @@ class ContinualConfig(StrictModel):
     notify: list[str] = Field(default_factory=list, description="a command run after every decision, with the "
                               "firing record as JSON on stdin (e.g. [curl, -d, '@-', https://hooks...]); empty: none")
     orchestration: Orchestration = Field(default_factory=Orchestration, description="retries, Ray Jobs")
+
+    @model_validator(mode="after")
+    def _heldout_leaves_training(self) -> "ContinualConfig":
+        if self.heldout_shards >= self.shard.num_shards:
+            raise ValueError(f"heldout_shards {self.heldout_shards} leaves no training shard of shard.num_shards "
+                             f"{self.shard.num_shards}")
+        return self
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> "ContinualConfig":
@@ -261,6 +269,13 @@ def junk_reason(cfg: ContinualConfig, docs) -> Optional[str]:
     if kept < q.min_documents:
         return (f"only {kept} new documents of {read} read (quality.min_documents {q.min_documents}; dropped: "
                 + (", ".join(f"{k} {v}" for k, v in sorted(dropped.items())) or "none") + ")")
+    files = sorted(docs.files, key=lambda f: f.name)
+    held = sum(f.rows for f in files[len(files) - cfg.heldout_shards:])
+    if held == 0 or held == kept:
+        part = "held-out" if held == 0 else "training"
+        return (f"its {kept} new documents leave the {part} shards empty ({cfg.heldout_shards} of "
+                f"{len(files)} shards held out): too few documents to train and score on; use fewer "
+                "shard.num_shards or put more documents in a snapshot")
     return None
 
 
@@ -374,8 +389,6 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
                   "promoted_metrics": metrics.get("promoted", {})})
     if decision.promote and reg.promoted_id() != entry.id:
         reg.promote(entry.id, expect=parent.id if parent else None, reason=f"gate: {decision.reason}")
-    if decision.promote:
-        run(ExportStage(trained["run_dir"], str(join(root, "promoted"))))  # the stable path
     record.update(decision=decision.decision, reason=decision.reason, model=entry.id, export=export,
                   run_dir=trained["run_dir"], data_dir=data_dir, losses=losses, gate=decision.model_dump(mode="json"))
     return _finish(cfg, firings, reg, timed(record))
@@ -487,6 +500,8 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
     if dry_run or not new:
         log(f"continual: {len(snaps)} snapshots under {source}; new: {', '.join(new) or 'none'}"
             + ("" if new else " (nothing to do)"))
+        if not dry_run:
+            _sync_promoted(cfg, run)
         return {"new": new, "decided": []}
     decided = []
     with firings.lock():  # one firing at a time; a second gets one line
@@ -500,11 +515,25 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
                 raise
             log(f"continual: snapshot {snap}: {rec['decision']} ({rec['reason']})")
             decided.append(rec)
+        _sync_promoted(cfg, run)
     return {"new": new, "decided": decided}
 
 
-def continual_flow_fn(config: ContinualConfig) -> dict:
-    """The Prefect flow body: one firing, each stage a task (skipped when done, retried on transient faults)."""
+def _sync_promoted(cfg: ContinualConfig, run: Runner) -> None:
+    """``<output_root>/promoted`` holds the promoted model's export, also after a manual promote or
+    rollback (the export stage's own status: a look at one record when it already does)."""
+    from flows.stages import ExportStage
+
+    root = root_of(cfg)
+    entry = Registry(cfg.registry or str(join(root, "registry"))).promoted()
+    if entry is not None and "run_dir" in entry.info:
+        run(ExportStage(str(entry.info["run_dir"]), str(join(root, "promoted"))))
+
+
+@flow(name="continual-pretraining", log_prints=True)
+def continual_pretraining(config: ContinualConfig):
+    """One firing of continual pretraining: every new snapshot continues the promoted model, gated. Each
+    stage is a task (skipped when done, retried on transient faults)."""
     from prefect import get_run_logger
 
     from flows.pipeline import _retrying
@@ -531,9 +560,22 @@ def continual_flow_fn(config: ContinualConfig) -> dict:
 
 
 def _flow():
-    from prefect import flow
+    return continual_pretraining
 
-    return flow(name="continual-pretraining", log_prints=True)(continual_flow_fn)
+
+def demo_continual_config(output_root: str = "runs/continual", source: str = "runs/snapshots") -> ContinualConfig:
+    """The deployments' default parameters: snapshots dropped as dated folders of text (any format the shard
+    job reads) into ``source``, a tiny model, the default gate. A starting point to edit, not a recipe."""
+    steps = {"model": "tiny", "micro_batch_size": 16, "log_every": 10, "tensorboard": False, "max_seq_length": 64}
+    return ContinualConfig.model_validate({
+        "source": source, "output_root": output_root,
+        "shard": {"num_shards": 4},
+        "vocab": {"vocab_size": 2000},
+        "instances": {"max_seq_length": 64, "max_predictions_per_seq": 10, "dupe_factor": 2},
+        "train": {**steps, "max_steps": 200, "save_every": 100, "lr": 5e-4},
+        "first_train": {**steps, "max_steps": 600, "save_every": 300, "lr": 1e-3},
+        "intrinsic": {"batch_size": 32, "max_batches": 8, "use_ray": False, "show_progress": False},
+    })
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -553,7 +595,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run or args.no_prefect:
         result = fire(cfg, dry_run=args.dry_run)
     else:
-        result = _flow()(cfg)
+        result = continual_pretraining(cfg)
     for rec in result["decided"]:
         print(f"{rec['snapshot']}: {rec['decision']} — {rec['reason']}")
     return 0

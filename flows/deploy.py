@@ -25,14 +25,24 @@ DEFAULT_POOL = "bertflow-process"
 EXAMPLE_CRON = "0 2 * * *"
 
 
+CONTINUAL_CRON = "0 3 * * *"
+
+
 @dataclass(frozen=True)
 class DeploymentSpec:
-    flow: str  # attribute of flows.pipeline
+    flow: str  # attribute of flows.<module>
     name: str
     description: str
     cron: Optional[str] = None  # in UTC
     schedule_active: bool = True  # False: the schedule is registered switched off
     tags: tuple[str, ...] = field(default_factory=tuple)
+    module: str = "pipeline"  # flows.pipeline (parameter: a PipelineConfig) or flows.continual (a ContinualConfig)
+    concurrency_limit: Optional[int] = None  # runs of this deployment at once (None: no limit)
+
+    def load(self):
+        import importlib
+
+        return getattr(importlib.import_module(f"flows.{self.module}"), self.flow)
 
 
 DEPLOYMENTS = (
@@ -44,6 +54,14 @@ DEPLOYMENTS = (
         "pretraining_pipeline", "scheduled", f"nightly pipeline (cron {EXAMPLE_CRON} UTC), schedule shipped inactive",
         cron=EXAMPLE_CRON, schedule_active=False, tags=("bertflow", "scheduled"),
     ),
+    # Continual pretraining: each firing continues the promoted model on every new snapshot, gated.
+    # A firing with no new snapshot ends in seconds, so the schedule is also the poll for new data.
+    # One run at a time (Prefect's deployment concurrency limit; the writer lock refuses a second one anyway).
+    DeploymentSpec(
+        "continual_pretraining", "scheduled", f"continual pretraining (cron {CONTINUAL_CRON} UTC), schedule shipped "
+        "inactive", cron=CONTINUAL_CRON, schedule_active=False, tags=("bertflow", "continual"), module="continual",
+        concurrency_limit=1,
+    ),
 )
 
 
@@ -54,6 +72,8 @@ def _parser(prog: str, what: str) -> argparse.ArgumentParser:
     p = ArgParser(prog=prog, description=what)
     p.add_argument("--config", help="PipelineConfig YAML used as the deployments' default parameters (default: demo preset)")
     p.add_argument("--output-root", help="override output_root in the default parameters")
+    p.add_argument("--continual-config", help="ContinualConfig YAML: the continual deployment's default parameters "
+                   "(default: snapshots under runs/snapshots, outputs under runs/continual)")
     p.add_argument("--only", action="append", metavar="FLOW/NAME",
                    help="only these deployments, e.g. prepare-data/default (repeatable)")
     return p
@@ -64,20 +84,22 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron
 
-    from flows import pipeline
+    from flows import continual, pipeline
 
     # Without a config, the demo preset under runs/prefect: the folder prefect.yaml's deployments use.
     output_root = args.output_root or (None if args.config else DEFAULT_OUTPUT_ROOT)
     cfg = pipeline.load_pipeline_config(args.config, output_root)
-    params = {"config": cfg.model_dump(mode="json")}
+    ccfg = (continual.ContinualConfig.from_yaml(args.continual_config) if args.continual_config
+            else continual.demo_continual_config())
+    params = {"pipeline": {"config": cfg.model_dump(mode="json")}, "continual": {"config": ccfg.model_dump(mode="json")}}
     out = []
     for spec in DEPLOYMENTS:
-        fl = getattr(pipeline, spec.flow)
+        fl = spec.load()
         if args.only and f"{fl.name}/{spec.name}" not in args.only:
             continue
         kw: dict[str, Any] = dict(
-            name=spec.name, description=spec.description, tags=list(spec.tags), parameters=params,
-            entrypoint_type=EntrypointType.MODULE_PATH,
+            name=spec.name, description=spec.description, tags=list(spec.tags), parameters=params[spec.module],
+            entrypoint_type=EntrypointType.MODULE_PATH, concurrency_limit=spec.concurrency_limit,
         )
         if spec.cron:
             kw["schedules"] = [Cron(spec.cron, timezone="UTC", active=spec.schedule_active)]
@@ -87,7 +109,7 @@ def _runner_deployments(args, work_pool: Optional[str], working_dir: Optional[st
         out.append(fl.to_deployment(**kw))
     if not out:
         raise UserError(f"--only: no deployment named {args.only}; have "
-                        + ", ".join(f"{getattr(pipeline, s.flow).name}/{s.name}" for s in DEPLOYMENTS))
+                        + ", ".join(f"{s.load().name}/{s.name}" for s in DEPLOYMENTS))
     return out
 
 

@@ -80,7 +80,7 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
     cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     t0 = time.monotonic()
     out = run_cli([str(BIN / "bertflow"), "deploy", "--config", str(cfg_file), "--working-dir", str(work)], env, work)
-    assert "registered 5 deployments" in out  # this also created the process pool
+    assert "registered 6 deployments" in out  # this also created the process pool
     # The worker starts now (its start-up overlaps the next deploy) and polls every second.
     log = work / "worker.log"
     with open(log, "wb") as fh:

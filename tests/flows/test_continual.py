@@ -218,6 +218,15 @@ def test_a_failed_firing_leaves_the_promoted_model_and_the_next_resumes(tmp_path
     here = Path(result["decided"][0]["export"]) / "model.safetensors"
     there = Path(_records(fired)[GOOD[1]]["export"]) / "model.safetensors"
     assert here.read_bytes() == there.read_bytes()
+    # A manual rollback (or forced promotion) is followed by promoted/ at the next firing, new data or not.
+    second = reg.get(result["decided"][0]["model"])
+    if reg.promoted_id() == second.id:
+        reg.rollback(reason="test")
+    else:
+        reg.promote(second.id, force=True, reason="test")
+    assert fire(cfg, log=lambda line: None)["new"] == []
+    stable = (tmp_path / "out" / "promoted" / "model.safetensors").read_bytes()
+    assert stable == (Path(reg.promoted().export) / "model.safetensors").read_bytes()
 
 
 def test_two_firings_never_run_at_once(tmp_path):
@@ -268,3 +277,45 @@ def test_cli_dry_run_and_config_errors(tmp_path, capsys):
     shutil.rmtree(source)
     assert main(["--config", str(cfg), "--dry-run"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def _commands_after(text: str, marker: str) -> list[str]:
+    start = text.index("```bash", text.index(marker)) + 7
+    return [c.strip() for c in text[start:text.index("```", start)].splitlines() if c.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_documented_commands_run_as_written(shared_data, tmp_path):
+    """docs/continual.md's "Try it" block, run as written (bash, bertflow on PATH) from a directory beside
+    a cut-short ../shared/data, with recipes/ as in the repository; the temporary Prefect API as a user
+    without PREFECT_API_URL gets."""
+    import os
+
+    commands = _commands_after((REPO / "docs" / "continual.md").read_text(), "## Try it")
+    assert any("bertflow continual --config recipes/continual.yaml" == c for c in commands)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "recipes").symlink_to(REPO / "recipes")
+    wiki = tmp_path / "shared" / "data" / "corpus" / "wikipedia_mlperf"
+    wiki.mkdir(parents=True)
+    for name in ("wiki_00", "wiki_01"):  # the first articles of each, whole
+        lines, out = (shared_data / "corpus" / "wikipedia_mlperf" / name).read_text().splitlines(True), []
+        for line in lines:
+            out.append(line)
+            if len(out) > 400 and line.strip() == "</doc>":
+                break
+        (wiki / name).write_text("".join(out))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    outputs = []
+    for cmd in commands:
+        proc = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=HANG_S)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, f"{cmd}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        outputs.append(proc.stdout + proc.stderr)
+    assert "new: 2026-12-01, 2026-12-08" in outputs[commands.index("bertflow continual --config recipes/continual.yaml --dry-run")]
+    firings = Firings(work / "runs" / "continual")
+    first, second = firings.read("2026-12-01"), firings.read("2026-12-08")
+    assert first["decision"] == "promote" and second["decision"] in ("promote", "keep") and second["parent"] == first["model"]
+    assert "2026-12-08" in outputs[-3] and "| held-out snapshot |" in outputs[-2]  # models list; the report
+    assert "new: none (nothing to do)" in outputs[-1]

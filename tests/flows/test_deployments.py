@@ -26,35 +26,42 @@ def test_prefect_yaml_is_accepted_by_prefects_loader():
 
     model = _prefect_model()
     names = {(d.entrypoint, d.name) for d in model.deployments}
-    assert len(names) == len(model.deployments) == 5
+    assert len(names) == len(model.deployments) == 6
     entrypoints = {d.entrypoint.split(":")[1] for d in model.deployments}
-    assert entrypoints == {"pretraining_pipeline", "prepare_data", "pretrain", "evaluate"}
+    assert entrypoints == {"pretraining_pipeline", "prepare_data", "pretrain", "evaluate", "continual_pretraining"}
     assert all(d.work_pool.name == deploy.DEFAULT_POOL for d in model.deployments)
     scheduled = [d for d in model.deployments if d.schedules]
     # Shipped switched off by the schedule's own flag (what `prefect deployment schedule ls` shows),
     # the deployment itself not paused.
-    assert len(scheduled) == 1 and not scheduled[0].paused
+    assert len(scheduled) == 2 and not any(d.paused for d in scheduled)
     raw = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
-    sched_raw = next(d for d in raw if d.get("schedules"))["schedules"][0]
-    built = _schedule_config_to_deployment_schedule(sched_raw)
-    assert isinstance(built["schedule"], CronSchedule) and built["schedule"].cron == deploy.EXAMPLE_CRON
-    assert built["active"] is False and built["schedule"].timezone == "UTC"
+    crons = {deploy.EXAMPLE_CRON, deploy.CONTINUAL_CRON}
+    for sched_raw in (d["schedules"][0] for d in raw if d.get("schedules")):
+        built = _schedule_config_to_deployment_schedule(sched_raw)
+        assert isinstance(built["schedule"], CronSchedule) and built["schedule"].cron in crons
+        assert built["active"] is False and built["schedule"].timezone == "UTC"
+    # Two firings of continual pretraining never run at once.
+    assert [d.concurrency_limit for d in model.deployments if "continual" in d.entrypoint] == [1]
 
 
 def test_prefect_yaml_entrypoints_load_and_parameters_validate():
     from prefect.flows import load_flow_from_entrypoint
 
+    from flows.continual import ContinualConfig, demo_continual_config
+
     for d in _prefect_model().deployments:
         fl = load_flow_from_entrypoint(str(REPO / d.entrypoint))
-        cfg = PipelineConfig.model_validate(d.parameters["config"])
-        # The YAML's default parameters are the demo preset, so the two cannot drift apart.
-        assert cfg == demo_config("runs/prefect"), d.entrypoint
+        # The YAML's default parameters are the demo presets, so the two cannot drift apart.
+        if "continual" in d.entrypoint:
+            assert ContinualConfig.model_validate(d.parameters["config"]) == demo_continual_config(), d.entrypoint
+        else:
+            assert PipelineConfig.model_validate(d.parameters["config"]) == demo_config("runs/prefect"), d.entrypoint
         assert "config" in fl.parameters.properties
+    # ... and recipes/continual.yaml, the config docs/continual.md runs, is the continual deployment's default.
+    assert ContinualConfig.from_yaml(REPO / "recipes" / "continual.yaml") == demo_continual_config()
 
 
 def test_python_deployments_match_prefect_yaml():
-    from flows import pipeline
-
     yaml_names = {(d.entrypoint.split(":")[1], d.name) for d in _prefect_model().deployments}
     py_names = {(s.flow, s.name) for s in deploy.DEPLOYMENTS}
     assert yaml_names == py_names
@@ -64,8 +71,11 @@ def test_python_deployments_match_prefect_yaml():
     yaml_sched = {k: [(x["cron"], x.get("timezone"), x.get("active", True)) for x in v] for k, v in raw.items()}
     py_sched = {(s.flow, s.name): [(s.cron, "UTC", s.schedule_active)] if s.cron else [] for s in deploy.DEPLOYMENTS}
     assert yaml_sched == py_sched
+    limits = {(d.entrypoint.split(":")[1], d.name): d.concurrency_limit for d in _prefect_model().deployments}
+    assert limits == {(s.flow, s.name): s.concurrency_limit for s in deploy.DEPLOYMENTS}
     for spec in deploy.DEPLOYMENTS:
-        assert callable(getattr(pipeline, spec.flow))
+        assert callable(spec.load()) and f"flows/{spec.module}.py:{spec.flow}" in {
+            d.entrypoint for d in _prefect_model().deployments}
 
 
 def test_plan_paths_derive_from_config(tmp_path, monkeypatch):

@@ -17,13 +17,18 @@ def test_bertflow_deploy_registers_every_deployment(completed_run):
     deps = completed_run["by_bertflow"]
     assert set(deps) == {
         "pretraining-pipeline/default", "prepare-data/default", "pretrain/default", "evaluate/default",
-        "pretraining-pipeline/scheduled",
+        "pretraining-pipeline/scheduled", "continual-pretraining/scheduled",
     }
     assert deps["prepare-data/default"]["entrypoint"] == "flows.pipeline.prepare_data"
     assert deps["prepare-data/default"]["work_pool_name"] == "bertflow-process"
     sched = deps["pretraining-pipeline/scheduled"]
     assert sched["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
     assert sched["paused"] is False and sched["schedules"][0]["active"] is False  # the schedule ships switched off
+    cont = deps["continual-pretraining/scheduled"]
+    assert cont["entrypoint"] == "flows.continual.continual_pretraining"
+    assert cont["schedules"][0]["schedule"]["cron"] == "0 3 * * *" and cont["schedules"][0]["active"] is False
+    assert (cont.get("global_concurrency_limit") or {}).get("limit", cont.get("concurrency_limit")) == 1
+    assert cont["parameters"]["config"]["source"] == "runs/snapshots"
     # The typed config is the deployment's form: its schema reaches the server.
     assert "config" in deps["prepare-data/default"]["parameter_openapi_schema"]["properties"]
 
