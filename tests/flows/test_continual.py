@@ -319,3 +319,25 @@ def test_documented_commands_run_as_written(shared_data, tmp_path):
     assert first["decision"] == "promote" and second["decision"] in ("promote", "keep") and second["parent"] == first["model"]
     assert "2026-12-08" in outputs[-3] and "| held-out snapshot |" in outputs[-2]  # models list; the report
     assert "new: none (nothing to do)" in outputs[-1]
+
+
+def test_source_registry_and_outputs_on_an_object_store(s3_env, scratch, tmp_path):
+    """Snapshots under an s3:// prefix, every output and the registry on the store (a real S3-compatible
+    server): the same decisions, records and lineage as on local disk, the promoted export on the store."""
+    from contracts.storage import location
+
+    local = make_snapshots(tmp_path / "corpus", names=GOOD[:2], junk=False)
+    store = location(f"{s3_env}/corpus")
+    for f in sorted(local.rglob("*.jsonl")):
+        store.upload(str(f.relative_to(local)), f)
+    cfg = config(f"{s3_env}/corpus", f"{s3_env}/runs")
+    result = fire(cfg, log=lambda line: None)
+    assert [r["snapshot"] for r in result["decided"]] == list(GOOD[:2])
+    firings = Firings(root_of(cfg))
+    first, second = firings.read(GOOD[0]), firings.read(GOOD[1])
+    assert first["decision"] == "promote" and second["parent"] == first["model"]
+    reg = Registry(f"{s3_env}/runs/registry")
+    assert reg.get(second["model"]).export.startswith(f"{s3_env}/runs/export/")
+    promoted = location(f"{s3_env}/runs/promoted")
+    assert promoted.read("model.safetensors") == location(reg.promoted().export).read("model.safetensors")
+    assert fire(cfg, log=lambda line: None) == {"new": [], "decided": []}
