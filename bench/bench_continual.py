@@ -31,7 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
-from treemeter import run_tree  # noqa: E402
+from treemeter import emit, run_tree  # noqa: E402
 
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
 DATA = REPO.parent / "shared" / "data" / "corpus"
@@ -194,10 +194,7 @@ def main() -> int:
                 shutil.copy(md, dest / md.name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    emit(lines, args.out)
     return 0
 
 

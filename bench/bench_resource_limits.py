@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from treemeter import run_tree  # noqa: E402
+from treemeter import emit, run_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PY = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
@@ -107,10 +107,7 @@ def main() -> int:
                          f"peak RSS {h['peak_rss_mb'] / o['peak_rss_mb']:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    emit(lines, args.out)
     return 0
 
 

@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from s3_server import S3Server  # noqa: E402
+from treemeter import emit  # noqa: E402
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -127,10 +129,7 @@ def main() -> int:
         m = {k: statistics.median(v) for k, v in rows[name].items()}
         lines.append(f"{name:<11} {m['write']:>10.1f} {m['read']:>10.1f} {m['cpu']:>9.4f} {m['write'] / base['write']:>6.2f}x "
                      f"{m['read'] / base['read']:>6.2f}x {m['cpu'] / base['cpu']:>6.2f}x  {CAN_LOCK[name]}")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    emit(lines, args.out)
     return 0
 
 

@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from treemeter import emit  # noqa: E402
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 SST2_TRAIN, MRPC_TRAIN = 67_349, 3_668  # rows of train.tsv (shared/data/README.md, = the official counts)
@@ -97,10 +100,7 @@ def main() -> int:
         lines.append(f"eval glue --tasks MRPC --learning-rates 5e-5 --seeds 1 --epochs 1: {_hm(small)}")
     else:
         lines.append(f"eval glue: skipped ({args.glue_dir}/MRPC/train.tsv not found)")
-    report = "\n".join(lines)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    emit(lines, args.out)
     return 0
 
 

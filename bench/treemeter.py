@@ -73,3 +73,13 @@ def run_tree(cmd: list[str], env: dict | None = None, cwd: str | None = None, ti
     reaped = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return TreeRun(wall, max(sum(cpu.values()), reaped), peak / 2**20, proc.returncode,
                    "".join(out_chunks), "".join(err_chunks))
+
+
+def emit(lines: list[str], out: str | None) -> None:
+    """Print a benchmark's report; with ``out`` (its --out), also write it there: the committed result."""
+    from pathlib import Path
+
+    report = "\n".join(lines)
+    print(report)
+    if out:
+        Path(out).write_text(report + "\n", encoding="utf-8")

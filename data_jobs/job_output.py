@@ -20,9 +20,33 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from contracts.common import json_record, write_json_atomic
+from contracts.common import NO_OUTPUT, Status, UserError, json_record, write_json_atomic
 from contracts.storage import is_uri, location, scratch_root
 
+
+def record_status(out: str, kind: str, config_hash: str, inputs_key: str, inputs: str, changed: str,
+                  deep: bool) -> Status:
+    """done | absent of a dataset made whole in one go, whose manifest is its record: absent where there is
+    none (or it does not parse), where it is another kind or config's ("config differs"), where
+    ``totals[inputs_key]`` is not ``inputs`` ("inputs changed: <changed>"), or where a file it names is
+    damaged or missing; else done. ``inputs`` rides along as the status's identity."""
+    from contracts.schema import MANIFEST_NAME, Manifest
+    from contracts.stage import store_for
+
+    if not store_for(out).exists(MANIFEST_NAME):
+        return Status("absent", NO_OUTPUT, inputs)
+    try:
+        m = Manifest.read(out)
+    except UserError:
+        return Status("absent", "corrupt manifest", inputs)
+    if m.kind != kind or m.config_hash != config_hash:
+        return Status("absent", "config differs", inputs)
+    if m.totals.get(inputs_key) != inputs:
+        return Status("absent", f"inputs changed: {changed}", inputs)
+    problems = m.verify_files(out, deep=deep)
+    if problems:
+        return Status("absent", f"{len(problems)} of {len(m.files)} files damaged or missing", inputs)
+    return Status("done", "complete", inputs)
 
 
 @contextmanager

@@ -33,13 +33,13 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from contracts.common import (NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main,
+from contracts.common import (Status, UserError, atomic_path, config_from_args, config_parser, run_main,
                               stable_hash)
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry
-from contracts.stage import WORK, StageDir, store_for
+from contracts.stage import WORK, StageDir
 from contracts.storage import is_uri
 from data_jobs.config import MixConfig
-from data_jobs.job_output import fetched, join, publish, staged
+from data_jobs.job_output import fetched, join, publish, record_status, staged
 
 # What every source must share with the first: a training batch mixes their rows freely.
 SHARED = ("max_seq_length", "max_predictions_per_seq", "length_bin_size", "sentence_task")
@@ -167,21 +167,8 @@ def status(cfg: MixConfig, deep: bool = False) -> Status:
 
 
 def _status(cfg: MixConfig, input_hash: str, deep: bool) -> Status:
-    out = cfg.output_dir
-    if not store_for(out).exists(MANIFEST_NAME):
-        return Status("absent", NO_OUTPUT, input_hash)
-    try:
-        m = Manifest.read(out)
-    except UserError:
-        return Status("absent", "corrupt manifest", input_hash)
-    if m.kind != "instances" or m.config_hash != cfg.config_hash():
-        return Status("absent", "config differs", input_hash)
-    if m.totals.get("input_hash") != input_hash:
-        return Status("absent", "inputs changed: instances datasets", input_hash)
-    problems = m.verify_files(out, deep=deep)
-    if problems:
-        return Status("absent", f"{len(problems)} of {len(m.files)} files damaged or missing", input_hash)
-    return Status("done", "complete", input_hash)
+    return record_status(cfg.output_dir, "instances", cfg.config_hash(), "input_hash", input_hash,
+                         "instances datasets", deep)
 
 
 def _stage(out: str) -> StageDir:

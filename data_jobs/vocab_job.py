@@ -27,12 +27,12 @@ import pyarrow.parquet as pq
 from tokenizers import BertWordPieceTokenizer
 from tokenizers.normalizers import BertNormalizer
 
-from contracts.common import NO_OUTPUT, Status, UserError, atomic_path, config_from_args, config_parser, run_main
+from contracts.common import Status, UserError, atomic_path, config_from_args, config_parser, run_main
 from contracts.schema import MANIFEST_NAME, Manifest, file_entry
-from contracts.stage import StageDir, store_for
+from contracts.stage import StageDir
 from contracts.storage import is_uri
 from data_jobs.config import VocabConfig
-from data_jobs.job_output import join, local_copy, publish, staged
+from data_jobs.job_output import join, local_copy, publish, record_status, staged
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
 
@@ -111,20 +111,8 @@ def status(cfg: VocabConfig, deep: bool = False) -> Status:
 
 
 def _status(cfg: VocabConfig, source: str, deep: bool) -> Status:
-    out = cfg.output_dir
-    if not store_for(out).exists(MANIFEST_NAME):
-        return Status("absent", NO_OUTPUT, source)
-    try:
-        m = Manifest.read(out)
-    except UserError:
-        return Status("absent", "corrupt manifest", source)
-    if m.kind != "vocab" or m.config_hash != cfg.config_hash():
-        return Status("absent", "config differs", source)
-    if m.totals.get("source_hash") != source:
-        return Status("absent", "inputs changed: " + ("vocab_file" if cfg.vocab_file else "documents dataset"), source)
-    if m.verify_files(out, deep=deep):
-        return Status("absent", "vocab.txt damaged or missing", source)
-    return Status("done", "complete", source)
+    return record_status(cfg.output_dir, "vocab", cfg.config_hash(), "source_hash", source,
+                         "vocab_file" if cfg.vocab_file else "documents dataset", deep)
 
 
 def run(cfg: VocabConfig) -> Manifest:
