@@ -44,7 +44,7 @@ class ShardConfig(RayOptions):
     # identity: each file's name under the input root, size, SHA-256; the earlier snapshots' manifests
     input_fields = frozenset({"inputs", "earlier"})
     run_fields = RayOptions.run_fields | {"output_dir", "overwrite"}
-    later_defaults = {"earlier": [], "seen_by": "content", "snapshot": None}
+    later_defaults = {"earlier": [], "seen_by": "content", "snapshot": None, "max_input_files": 1_000_000}
 
     inputs: list[str] = Field(
         ..., min_length=1, description="files, directories or globs, local or object-store (s3://bucket/prefix[/*.txt]); "
@@ -69,6 +69,9 @@ class ShardConfig(RayOptions):
     max_line_bytes: int = Field(
         8 << 20, ge=1024, description="longer lines are skipped (their document dropped, counted); bounds memory"
     )
+    max_input_files: int = Field(
+        1_000_000, ge=1, description="refuse inputs of more files than this, before reading any (the job holds "
+        "a record per file, so memory grows with their number: pack tiny files into JSONL or Parquet)")
     overwrite: bool = Field(False, description="replace the shards of another config found in output_dir")
     earlier: list[str] = Field(
         default_factory=list, description="documents datasets of earlier snapshots: a document one of them "

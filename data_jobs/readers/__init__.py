@@ -16,7 +16,7 @@ import os
 import posixpath
 import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from contracts.common import UserError
 from contracts.storage import is_uri
@@ -83,26 +83,43 @@ def detect_format(path: str, head: bytes) -> str:
     return "bert" if ends / len(lines) >= 0.6 else "books"
 
 
-def _files_of(inp: str) -> list[Path]:
+class _Budget:
+    """At most ``limit`` input files in all (``max_input_files``): counted while listing, so ten million
+    files are refused after a million are seen, not after all are listed."""
+
+    def __init__(self, limit: int):
+        self.limit, self.seen = limit, 0
+
+    def take(self, n: int = 1) -> None:
+        self.seen += n
+        if self.seen > self.limit:
+            raise UserError(f"inputs: more than {self.limit:,} files (max_input_files); the job keeps a record of "
+                            "every file, so memory and time grow with their number: pack tiny files into JSONL "
+                            "or Parquet (one record per document), or raise max_input_files")
+
+
+def _files_of(inp: str, budget: Optional[_Budget] = None) -> list[Path]:
     """Files behind one input string (a file, a directory searched recursively, or a glob)."""
+    budget = budget or _Budget(10**18)
     if _GLOB_CHARS.search(inp):
         # A directory the pattern matches is read like a directory given by name (never skipped).
-        files = [f for p in sorted(glob.glob(inp, recursive=True)) for f in _files_of_path(Path(p), inp)]
+        files = [f for p in sorted(glob.glob(inp, recursive=True)) for f in _files_of_path(Path(p), inp, budget)]
         if not files:
             raise UserError(f"{inp}: no files match this pattern")
         return files
     p = Path(inp)
     if not p.exists() and not p.is_symlink():
         raise UserError(f"{inp}: no such file or directory")
-    files = _files_of_path(p, inp)
+    files = _files_of_path(p, inp, budget)
     if not files:
         raise UserError(f"{inp}: directory holds no files")
     return files
 
 
-def _files_of_path(p: Path, inp: str) -> list[Path]:
+def _files_of_path(p: Path, inp: str, budget: _Budget) -> list[Path]:
     """Files of one existing path; symlinked files and directories are followed (each directory once)."""
     if p.is_file():
+        budget.take()
         return [p]
     if not p.is_dir():
         raise UserError(f"{_shown(p)}: broken symbolic link or not a regular file")
@@ -125,6 +142,7 @@ def _files_of_path(p: Path, inp: str) -> list[Path]:
                 continue
             if not f.is_file():
                 raise UserError(f"{_shown(f)}: broken symbolic link or not a regular file")
+            budget.take()
             files.append(f)
     return files
 
@@ -144,14 +162,17 @@ def expand_inputs(config) -> list[Unit]:
     units: list[Unit] = []
     files: dict[str, Path] = {}
     objects: set[str] = set()
+    budget = _Budget(getattr(config, "max_input_files", 10**18))
     for inp in config.inputs:
         if inp.startswith("builtin:"):
             units += builtin_units(inp)
             continue
         if is_uri(inp):
-            objects.update(_objects_of(inp))
+            found = _objects_of(inp)
+            budget.take(len(found))
+            objects.update(found)
             continue
-        for f in _files_of(inp):
+        for f in _files_of(inp, budget):
             files.setdefault(os.path.realpath(f), f)
     if files:
         real = sorted(files)
