@@ -105,12 +105,13 @@ def test_an_earlier_path_that_is_no_documents_dataset_is_one_line(snapshots, cap
 
 
 def test_options_at_their_defaults_leave_hashes_and_names_as_before(tmp_path):
-    """Adding earlier/seen_by/snapshot changed no existing dataset's config hash or pipeline directory."""
+    """Adding earlier/seen_by/snapshot (and max_input_files) changed no existing dataset's config hash or
+    pipeline directory."""
     from flows.config import demo_config, make_plan
 
     cfg = _cfg(tmp_path / "in.jsonl", tmp_path / "out")
     data = cfg.model_dump(mode="json", exclude=set(cfg.run_fields | cfg.input_fields))
-    for k in ("seen_by", "snapshot"):
+    for k in ("seen_by", "snapshot", "max_input_files"):
         data.pop(k)
     from contracts.common import stable_hash
 
