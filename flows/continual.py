@@ -48,7 +48,7 @@ from contracts.common import ArgParser, StrictModel, UserError, build_config, js
 from contracts.storage import is_uri, location
 from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
 from evaluation.config import IntrinsicConfig
-from flows.config import (IntrinsicSpec, InstancesSpec, Orchestration, TrainSpec, VocabSpec, Where, _named, join,
+from flows.config import (GlueSpec, IntrinsicSpec, InstancesSpec, Orchestration, TrainSpec, VocabSpec, Where, _named, join,
                           name_of)
 from flows.gate import GateConfig, GateDecision, decide, gate_table
 from flows.registry import ModelEntry, Registry, registry_markdown
@@ -93,6 +93,9 @@ class ContinualConfig(StrictModel):
     first_train: Optional[TrainSpec] = Field(None, description="the first model, from scratch (default: train)")
     intrinsic: IntrinsicSpec = Field(default_factory=lambda: IntrinsicSpec(use_ray=False, show_progress=False),
                                      description="held-out scoring (batch size, max_batches)")
+    downstream: Optional[GlueSpec] = Field(None, description="GLUE tasks (e.g. STS-B, SST-2) fine-tuned from the "
+                                           "candidate and the promoted model at the same seeds; each score, in "
+                                           "percent, is a gate metric downstream/<task>; None: no downstream check")
     gate: GateConfig = Field(default_factory=GateConfig, description="the promotion rule")
     quality: Quality = Field(default_factory=Quality, description="junk-snapshot checks before training")
     notify: list[str] = Field(default_factory=list, description="a command run after every decision, with the "
@@ -304,6 +307,26 @@ def _direct(stage: Any) -> Any:
     return stage.run(state, lambda line: print(line, file=sys.stderr))
 
 
+def downstream_scores(cfg: ContinualConfig, root: Where, model: str, run: Runner) -> dict[str, float]:
+    """The configured GLUE tasks fine-tuned from ``model``: {"downstream/<task>": mean score in percent}."""
+    from evaluation.config import GlueConfig
+    from flows.stages import EvalStage
+
+    if cfg.downstream is None:
+        return {}
+    out = join(root, "eval", f"downstream-{stable_hash([_relative(model, root), cfg.downstream.model_dump(mode='json')])[:16]}")
+    ecfg = complete(GlueConfig, cfg.downstream, "downstream config", model_path=model, output_dir=str(out))
+    results = run(EvalStage("glue", ecfg))
+    return {f"downstream/{task}": 100.0 * float(v["mean"]) for task, v in results["tasks"].items()}
+
+
+def gate_of(cfg: ContinualConfig) -> GateConfig:
+    """The gate as configured; with downstream tasks and no gate.downstream given, every task is checked."""
+    if cfg.downstream is None or cfg.gate.downstream:
+        return cfg.gate
+    return cfg.gate.model_copy(update={"downstream": [f"downstream/{t}" for t in cfg.downstream.tasks]})
+
+
 def heldout_loss(cfg: ContinualConfig, root: Where, model: str, instances_dir: str, run: Runner) -> float:
     from flows.stages import EvalStage
 
@@ -374,7 +397,10 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
     if parent is not None:
         losses["promoted"] = {s: heldout_loss(cfg, root, parent.export, d, run) for s, d in helds.items()}
     metrics = {who: _metrics(snapshot, ls) for who, ls in losses.items()}
-    decision = decide(metrics["candidate"], metrics.get("promoted"), cfg.gate)
+    metrics["candidate"].update(downstream_scores(cfg, root, export, run))
+    if parent is not None:
+        metrics["promoted"].update(downstream_scores(cfg, root, parent.export, run))
+    decision = decide(metrics["candidate"], metrics.get("promoted"), gate_of(cfg))
     snapshots = [*(parent.snapshots if parent else []), snapshot]
     model_id = f"{snapshot}-{stable_hash([_relative(export, root), snapshots])[:8]}"
     try:
@@ -390,7 +416,8 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
     if decision.promote and reg.promoted_id() != entry.id:
         reg.promote(entry.id, expect=parent.id if parent else None, reason=f"gate: {decision.reason}")
     record.update(decision=decision.decision, reason=decision.reason, model=entry.id, export=export,
-                  run_dir=trained["run_dir"], data_dir=data_dir, losses=losses, gate=decision.model_dump(mode="json"))
+                  run_dir=trained["run_dir"], data_dir=data_dir, losses=losses, metrics=metrics,
+                  gate=decision.model_dump(mode="json"))
     return _finish(cfg, firings, reg, timed(record))
 
 

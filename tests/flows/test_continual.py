@@ -76,9 +76,14 @@ def fired(tmp_path_factory, harness):
     """Every snapshot decided by one firing of the Prefect flow, then a second firing with nothing new."""
     from flows.continual import _flow
 
+    from tiny_tasks import write_tiny_sst2
+
     tmp = tmp_path_factory.mktemp("continual")
     source = make_snapshots(tmp / "corpus")
-    cfg = config(source, tmp / "out")
+    glue = {"glue_dir": str(write_tiny_sst2(tmp / "glue")), "tasks": ["SST-2"], "learning_rates": [1e-3],
+            "seeds": [1], "epochs": 1, "batch_size": 16, "max_seq_length": 16, "use_ray": False,
+            "show_progress": False, "write_test_predictions": False}
+    cfg = config(source, tmp / "out", downstream=glue)
     state = _flow()(cfg, return_state=True)
     again = _flow()(cfg, return_state=True)
     return {"cfg": cfg, "state": state, "again": again, "root": Path(root_of(cfg)), "source": source}
@@ -105,14 +110,22 @@ def test_every_snapshot_is_decided_in_order_and_junk_is_rejected_with_its_counts
 
 
 def test_the_gate_decision_is_the_rule_applied_to_the_recorded_metrics(fired):
+    """Held-out losses of both models on the same sets, and a downstream task fine-tuned from both at the
+    same seed; the decision is the configured rule applied to them (downstream/SST-2 checked by default)."""
     recs, gate = _records(fired), fired["cfg"].gate
     for snap in GOOD[1:]:
         rec = recs[snap]
         cand, prom = rec["losses"]["candidate"], rec["losses"]["promoted"]
         assert set(cand) == set(prom) and snap in cand and GOOD[0] in cand  # both models, same held-out sets
         old = [s for s in cand if s != snap]
-        metrics = lambda ls: {"heldout_loss_new": ls[snap], "heldout_loss_old": sum(ls[s] for s in old) / len(old)}
-        assert decide(metrics(cand), metrics(prom), gate).decision == rec["decision"]
+        metrics = {who: {"heldout_loss_new": ls[snap], "heldout_loss_old": sum(ls[s] for s in old) / len(old),
+                         "downstream/SST-2": rec["metrics"][who]["downstream/SST-2"]}
+                   for who, ls in (("candidate", cand), ("promoted", prom))}
+        assert all(0 <= m["downstream/SST-2"] <= 100 for m in metrics.values())
+        rule = gate.model_copy(update={"downstream": ["downstream/SST-2"]})
+        assert decide(metrics["candidate"], metrics["promoted"], rule).decision == rec["decision"]
+        assert [c["metric"] for c in rec["gate"]["checks"]] == ["heldout_loss_new", "heldout_loss_old",
+                                                                "downstream/SST-2"]
 
 
 def test_registry_lineage_and_the_promoted_export_at_a_stable_path(fired):
