@@ -28,7 +28,7 @@ from hang import HANG_S
 REPO = Path(__file__).resolve().parents[2]
 
 GOOD = ("2026-11-01", "2026-11-08", "2026-11-15")
-DUPES, FOREIGN = "2026-11-22", "2026-11-29"
+DUPES, FOREIGN, SHUFFLED = "2026-11-22", "2026-11-29", "2026-12-06"
 
 
 def _write(d: Path, docs: list[tuple[str, str]]) -> None:
@@ -38,7 +38,8 @@ def _write(d: Path, docs: list[tuple[str, str]]) -> None:
 
 def make_snapshots(root: Path, names=GOOD, junk: bool = True) -> Path:
     """Three snapshots of distinct help topics; a mass-duplicated one (the first snapshot's documents,
-    each five times under new ids); one in a script the vocab cannot read."""
+    each five times under new ids); one in a script the vocab cannot read; one of the second and third
+    snapshots' documents with each document's words shuffled."""
     from pydoc_data.topics import topics
 
     keys = sorted(topics)
@@ -52,6 +53,12 @@ def make_snapshots(root: Path, names=GOOD, junk: bool = True) -> Path:
             return " ".join("".join(rng.choice(alpha) for _ in range(rng.randint(2, 9))) for _ in range(8)) + "."
 
         _write(root / FOREIGN, [(f"ru-{i}", " ".join(sentence() for _ in range(5))) for i in range(40)])
+        shuffled = []
+        for k in keys[1::3] + keys[2::3]:
+            words = topics[k].split()
+            rng.shuffle(words)
+            shuffled.append((f"shuffled-{k}", " ".join(words)))
+        _write(root / SHUFFLED, shuffled)
     return root
 
 
@@ -96,7 +103,7 @@ def _records(fired) -> dict[str, dict]:
 
 def test_every_snapshot_is_decided_in_order_and_junk_is_rejected_with_its_counts(fired):
     recs = _records(fired)
-    assert list(recs) == [*GOOD, DUPES, FOREIGN] and all(recs.values())
+    assert list(recs) == [*GOOD, DUPES, FOREIGN, SHUFFLED] and all(recs.values())
     assert recs[GOOD[0]]["decision"] == "promote" and recs[GOOD[0]]["parent"] is None
     dupes = recs[DUPES]
     assert dupes["decision"] == "reject" and dupes["model"] is None
@@ -104,6 +111,7 @@ def test_every_snapshot_is_decided_in_order_and_junk_is_rejected_with_its_counts
     assert dupes["documents_read"] == dupes["documents_kept"] + sum(dupes["dropped"].values())
     assert dupes["dropped"].get("seen_earlier", 0) > 0 and f"of {dupes['documents_read']} documents" in dupes["reason"]
     assert recs[FOREIGN]["decision"] == "reject" and "[UNK]" in recs[FOREIGN]["reason"]
+    assert recs[SHUFFLED]["decision"] == "reject" and "word order" in recs[SHUFFLED]["reason"]
     assert not list((fired["root"] / "runs").glob(f"{DUPES}-*")), "a rejected snapshot was trained on"
     # The run's state in the UI names the outcome of the last snapshot decided.
     assert fired["state"].is_completed() and fired["state"].name == "Rejected"
@@ -169,7 +177,7 @@ def test_gate_tables_and_registry_are_prefect_artifacts(fired):
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
     gates = [a.data for a in arts if a.key == "bertflow-gate"]
-    assert len(gates) == 5 and any("| held-out snapshot |" in g for g in gates)
+    assert len(gates) == 6 and any("| held-out snapshot |" in g for g in gates)
     assert any(a.key == "bertflow-registry" and "(promoted)" in a.data for a in arts)
     report = (fired["root"] / "continual" / "reports" / f"{GOOD[1]}.md").read_text()
     assert report in gates
@@ -354,3 +362,29 @@ def test_source_registry_and_outputs_on_an_object_store(s3_env, scratch, tmp_pat
     promoted = location(f"{s3_env}/runs/promoted")
     assert promoted.read("model.safetensors") == location(reg.promoted().export).read("model.safetensors")
     assert fire(cfg, log=lambda line: None) == {"new": [], "decided": []}
+
+
+def test_word_order_tells_running_text_from_shuffled_words(tmp_path):
+    """The word-order statistic on real text (the help topics, sharded by the real job) and on the same
+    documents with their words shuffled: far apart, on either side of the default threshold."""
+    import random as rnd
+
+    from data_jobs.config import ShardConfig
+    from data_jobs.shard_job import run
+    from flows.continual import Quality, word_order
+    from pydoc_data.topics import topics
+
+    keys = sorted(topics)
+    plain = [(k, topics[k]) for k in keys]
+    rng = rnd.Random(1)
+    shuffled = [(k, " ".join(rng.sample(t.split(), len(t.split())))) for k, t in plain]
+    scores = {}
+    for name, docs in (("plain", plain), ("shuffled", shuffled)):
+        _write(tmp_path / name, docs)
+        out = tmp_path / f"docs-{name}"
+        m = run(ShardConfig(inputs=[str(tmp_path / name)], output_dir=str(out), input_format="jsonl",
+                            id_column="id", num_shards=2, num_workers=1, engine="local"))
+        scores[name], words = word_order(str(out), m)
+        assert words >= 10_000
+    threshold = Quality().min_word_order
+    assert scores["shuffled"] < threshold < scores["plain"] and scores["plain"] > 5 * scores["shuffled"], scores
