@@ -5,9 +5,10 @@ mass-duplicated text; books with every document's words shuffled), decided by on
 Prints, from the records the flow wrote (its per-firing tables are copied beside the result, unedited):
 - per snapshot: the decision and reason, held-out MLM loss of the promoted model (before) and the
   candidate (after) on every snapshot's held-out documents;
-- each continued candidate against a from-scratch run of equal compute on the same training data (the
-  same instances file, as many optimizer steps as the candidate's whole lineage: first_train's steps
-  plus train's steps per continued snapshot), scored on the same held-out documents;
+- each continued candidate against from-scratch runs on the same training data (the same instances
+  file), scored on the same held-out documents: one with the candidate's own steps (the compute a
+  firing spends), one with its whole lineage's (first_train's steps plus train's steps per continued
+  snapshot: retraining instead of continuing);
 - the firing's whole process tree (wall, CPU, peak RSS), and each snapshot's overhead beyond its
   training stage (firing seconds minus train seconds, from the firing record);
 - the no-new-data firing against the same command's ``--help`` (the process start-up it cannot avoid),
@@ -151,23 +152,25 @@ def main() -> int:
                          f"{sec['firing'] - train:.1f}" + (f" ({(sec['firing'] - train) / train:.2f}x the training "
                                                             "time)" if train else "")
                          + "; by stage " + ", ".join(f"{k} {v:.1f}" for k, v in sec.items() if k != "firing"))
-        # Equal compute from scratch, for every continued candidate.
+        # From scratch, for every continued candidate: with the candidate's own steps (the compute a firing
+        # spends), and with its whole lineage's (retraining on the new data instead of continuing).
         lines.append("")
-        lines.append("continued candidate vs from scratch, equal compute (steps of the whole lineage), same "
-                     "training data, same held-out documents:")
+        lines.append("continued candidate vs from scratch on the same training data, same held-out documents "
+                     "(nats; difference = continued - from scratch):")
         for rec in recs:
             if not rec.get("losses") or rec.get("parent") is None:
                 continue
             entry = reg.get(rec["model"])
-            steps = args.first_steps + args.steps * (len(entry.snapshots) - 1)
+            lineage = args.first_steps + args.steps * (len(entry.snapshots) - 1)
             rec["heldout_sets"] = {rec["snapshot"]: rec["heldout_instances"],
                                    **{s: firings.read(s)["heldout_instances"] for s in entry.snapshots[:-1]}}
-            scratch = from_scratch(cfg, rec, steps, work)
             cand = rec["losses"]["candidate"]
-            for s, v in scratch.items():
-                lines.append(f"    {rec['snapshot']} candidate, held-out {s}{' (new)' if s == rec['snapshot'] else ''}: "
-                             f"continued {cand[s]:.4f}, from scratch ({steps} steps) {v:.4f}, difference "
-                             f"{cand[s] - v:+.4f}")
+            for steps, what in ((args.steps, "the candidate's own compute"), (lineage, "the lineage's compute")):
+                scratch = from_scratch(cfg, rec, steps, work / f"scratch-{steps}")
+                for s, v in scratch.items():
+                    lines.append(f"    {rec['snapshot']} candidate, held-out {s}{' (new)' if s == rec['snapshot'] else ''}: "
+                                 f"continued {cand[s]:.4f}, from scratch with {what} ({steps} steps) {v:.4f}, "
+                                 f"difference {cand[s] - v:+.4f}")
         # The no-new-data firing, beside the same command's --help (start-up), interleaved.
         lines.append("")
         idle, helps = [], []
