@@ -21,6 +21,7 @@ so the data path is not what is measured (see bench/bench_loader.py for the load
     python bench/gpu_bert_large.py --json out.json                 # on a GPU machine, default plan
     python bench/gpu_bert_large.py --seq 128 512 --variants all    # everything (long)
     python bench/gpu_bert_large.py --smoke                         # CPU, tiny model: checks the script
+    python bench/gpu_bert_large.py --report out.json               # the table of a run (written per variant)
 """
 from __future__ import annotations
 
@@ -204,14 +205,15 @@ def run_variant(name, cfg, S, B, args, device) -> dict:
 
 
 def report(results: list[dict]) -> None:
-    print("\nvariant                                        seq batch   seq/s  vs eager  MFU(790T) MFU(989T)")
+    print("\nvariant                                        seq batch   seq/s  vs eager  MFU(790T) MFU(989T)  peak GiB")
     for r in results:
         base = next((b["seq_per_s"] for b in results if b["variant"] == "torch_eager" and b["seq"] == r["seq"]
                      and "seq_per_s" in b), None)
         if "seq_per_s" in r:
             ratio = f"{r['seq_per_s'] / base:.2f}x" if base else "-"
+            mem = f"{r['peak_mem_gib']:>9.1f}" if r.get("peak_mem_gib") is not None else f"{'-':>9}"
             print(f"{r['variant']:<46} {r['seq']:>3} {r['batch']:>5} {r['seq_per_s']:>7.0f} {ratio:>8}  "
-                  f"{r['mfu_measured_peak']:>8.3f} {r['mfu_datasheet']:>9.3f}")
+                  f"{r['mfu_measured_peak']:>8.3f} {r['mfu_datasheet']:>9.3f} {mem}")
         else:
             print(f"{r['variant']:<46} {r['seq']:>3} {r['batch']:>5}  FAILED {r['error']}")
 
@@ -229,7 +231,11 @@ def main() -> int:
     ap.add_argument("--variants", nargs="+", default=DEFAULT_PLAN, help="names, or 'all'")
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--json", default=None, help="write results here")
+    ap.add_argument("--report", metavar="JSON", help="print the table of a run's --json file and exit (no GPU needed)")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()))
+        return 0
     if args.list:
         for name, opts in VARIANTS.items():
             print(f"{name:<46} {opts}")
@@ -259,6 +265,8 @@ def main() -> int:
                 r = dict(variant=name, seq=S, batch=B, error=f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
             results.append(r)
             print(json.dumps(r), flush=True)
+            if args.json:  # after every variant: a run stopped at its time limit keeps what it measured
+                Path(args.json).write_text(json.dumps(results, indent=2))
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             torch._dynamo.reset()  # compiled graphs of one variant must not serve the next
