@@ -22,8 +22,8 @@ per row, the comparison report), and writes the seconds each stage took to ``--t
 unpacked in place (every JSON/markdown file of the run, not the weights), it reads the finished stages'
 results back, takes a row whose GLUE grid finished there from its ``results.json`` (its cells are keyed
 by the weights' content, which did not come back), runs the missing cells of a random-init row here
-(keyed by shape and vocab only, so the GPU's cells are reused), and writes the comparison report. The
-report must then say which cells ran where.
+(keyed by shape and vocab only, so the GPU's cells are reused), and writes the comparison report without
+the zero-shot STS-B table (it needs the weights). The report must then say which cells ran where.
 """
 from __future__ import annotations
 
@@ -126,11 +126,13 @@ def finish(config, run: PlainRun) -> dict[str, Any]:
 
     plan = make_plan(config.pipeline())
     results = {kind: EvalStage(kind, ecfg).result() for kind, ecfg in plan.evals.items()}
+    zero_shot = compare._zero_shot
     compare.run_staged = glue_row
+    compare._zero_shot = lambda cfg: None  # needs the weights, which stayed on the GPU machine
     try:
         return compare_rows(config, plan, {"eval": results}, read_back)
     finally:
-        compare.run_staged = real
+        compare.run_staged, compare._zero_shot = real, zero_shot
 
 
 def main(argv: Optional[list[str]] = None) -> int:

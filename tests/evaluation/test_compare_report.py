@@ -30,6 +30,28 @@ def test_gain_line_and_per_lr_table():
     assert "| ref | 0.0001 | 88.0 | – |" in md
 
 
+def test_welch_table_per_random_init_row():
+    """Each random-init row against its pretrained row: difference, Welch 95% interval over the seeds, verdict;
+    the same figures in the comparison's ``differences`` (what comparison.json keeps)."""
+    from evaluation.compare import differences
+
+    pre, rnd = _row("pre", False, 0.81, 0.55, 0.79), _row("rnd", True, 0.80, 0.50, 0.803)
+    pre["tasks"]["RTE"]["std"] = 0.005
+    c = {"rows": [pre, rnd, _row("ref", False, 0.90, 0.60, 0.88)], "sentence_task": "nsp",
+         "budget": {"tasks": ["SST-2", "RTE"], "learning_rates": [3e-4], "seeds": [1, 2], "batch_size": 32,
+                    "epochs": 3.0, "max_steps": None, "max_train_examples": None, "max_eval_examples": None,
+                    "max_seq_length": 128}}
+    md = comparison_markdown(c)
+    assert "pre minus rnd, dev metric x100" in md and "ref minus" not in md
+    # SST-2: 81 ± 1 vs 80 ± 1, two seeds a side: df 2, t 4.303, half-width 4.3 points
+    assert "| SST-2 | +1.0 | [-3.3, +5.3] | 2 vs 2 | not shown (interval holds 0) |" in md
+    # RTE: 55 ± 0.5 vs 50 ± 0 (one side steady): df 1, t 12.706, half-width 4.5 points
+    assert "| RTE | +5.0 | [+0.5, +9.5] | 2 vs 2 | transfer shown |" in md
+    assert "| GLUE avg | +3.0 | n/a | 2 vs 2 | n/a (no spread over seeds) |" in md
+    d = differences(c)["pre minus rnd"]
+    assert set(d) == {"SST-2", "RTE", "GLUE avg"} and d["RTE"]["interval"]["low"] > 0 > d["SST-2"]["interval"]["low"]
+
+
 def test_one_learning_rate_has_no_per_lr_table():
     c = {"rows": [_row("pre", False, 0.81, 0.55, 0.79)], "sentence_task": "nsp",
          "budget": {"tasks": ["SST-2"], "learning_rates": [3e-4], "seeds": [1], "batch_size": 32, "epochs": 1.0,
@@ -92,3 +114,15 @@ def test_a_comparison_made_before_records_is_adopted_only_by_its_signature(tmp_p
     (out / "notes.txt").unlink()
     (out / "comparison.json").write_text("my own json, not a comparison")
     assert not _made_before_records(compare_stage(out, ROWS))
+
+
+def test_zero_shot_stsb_table():
+    pre, rnd = _row("pre", False, 0.81, 0.55, 0.79), _row("rnd", True, 0.80, 0.50, 0.803)
+    pre["zero_shot_stsb"] = {"mean": 0.512, "std": 0.0, "n": 1, "values": [0.512]}
+    rnd["zero_shot_stsb"] = {"mean": 0.41, "std": 0.01, "n": 2, "values": [0.403, 0.417]}
+    budget = {"tasks": ["SST-2", "RTE"], "learning_rates": [3e-4], "seeds": [1, 2], "batch_size": 32, "epochs": 3.0,
+              "max_steps": None, "max_train_examples": None, "max_eval_examples": None, "max_seq_length": 128}
+    md = comparison_markdown({"rows": [pre, rnd], "sentence_task": "nsp", "budget": budget})
+    assert "| model | zero-shot STS-B |\n|---|---|\n| pre | 51.2 |\n| rnd | 41.0 ± 1.0 |\n| pre minus rnd | +10.2 |\n" in md
+    pre["zero_shot_stsb"] = rnd["zero_shot_stsb"] = None  # no STS-B in the grid: no table
+    assert "zero-shot" not in comparison_markdown({"rows": [pre, rnd], "sentence_task": "nsp", "budget": budget})

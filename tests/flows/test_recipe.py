@@ -72,7 +72,13 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert [p["step"] for p in pre["curve"]] == [3, 6, 8]
     assert pre["held_out"]["mlm_acc"] == pre["curve"][-1]["mlm_acc"]
     md = (report.parent / "comparison.md").read_text()
-    lines = [ln for ln in md.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
+    table = md.split("\n| model | ", 1)[1].split("\n\n", 1)[0]  # the main table, up to its blank line
+    lines = [ln for ln in table.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
+    # Zero-shot STS-B per row (a random init: over its seeds' weights) and the Welch table per task
+    assert [r["zero_shot_stsb"]["n"] for r in comp["rows"]] == [1, 2, 1]
+    assert all(-1 <= v <= 1 for r in comp["rows"] for v in r["zero_shot_stsb"]["values"])
+    assert "| model | zero-shot STS-B |" in md and f"{PRETRAINED} minus {RANDOM}, dev metric x100" in md
+    assert set(comp["differences"][f"{PRETRAINED} minus {RANDOM}"]) == set(tasks) | {"GLUE avg"}
     [gain] = [ln for ln in lines if " − " in ln]  # pretrained minus random init, per task and on the average
     lines.remove(gain)
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
