@@ -32,7 +32,7 @@ CELLS_DIR = "cells"
 # Where and how a job runs, not what it computes: never part of a cell's identity.
 _NOT_RESULT = ("output_dir", "use_ray", "ray_address", "cpus_per_task", "gpus_per_task", "show_progress")
 # The grid's shape: which cells exist, not what one of them computes.
-_GRID_SHAPE = ("tasks", "learning_rates", "seeds")
+_GRID_SHAPE = ("tasks", "learning_rates", "seeds", "task_seeds")
 
 
 def cell_key(cfg_data: dict, task: str, lr: float, seed: int, inputs: dict) -> str:

@@ -78,13 +78,49 @@ def _zero_shot(cfg: GlueConfig) -> dict[str, Any]:
     for a random init (the seed fixes its weights); the dev set and tokenization of the row's GLUE grid."""
     from evaluation.zeroshot import zero_shot_sts
 
-    seeds = list(cfg.seeds) if cfg.random_init else [None]
+    seeds = cfg.seeds_of("STS-B") if cfg.random_init else [None]
     values = [zero_shot_sts(cfg.model_path, cfg.glue_dir, random_init=cfg.random_init, seed=s or 0,
                             lowercase=cfg.lowercase, max_seq_length=cfg.max_seq_length,
                             max_examples=cfg.max_eval_examples, use_gpu=cfg.gpus_per_task > 0) for s in seeds]
     arr = np.asarray(values)
     return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": len(arr),
             "values": values}
+
+
+def curve_dir(output_dir: str | Path, row_name: str, size: int) -> str:
+    """Where one row's cells of one learning-curve point live: ``<output_dir>/curve-<row slug>-n<size>``."""
+    return f"{str(output_dir).rstrip('/')}/curve-{slug(row_name)}-n{size}"
+
+
+def learning_curve(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], out: str,
+                   curve: Mapping[str, Any]) -> dict[str, Any]:
+    """Every row fine-tuned on the first N training examples of ``curve["task"]`` for each N of
+    ``curve["sizes"]``, at ``curve["seeds"]`` (a row with seeds of its own, MiniLM's, keeps them), with the
+    grid's budget otherwise (lr grid and choice on dev, ``epochs`` but not ``task_epochs``: a full-set pass is
+    no measure for 1,000 examples, batch); each (row, N) a GLUE grid of its own (``curve_dir``), resumable
+    cell by cell. Returns
+    per row and N the dev metric's mean, std and seed count, and per random-init row and N the Welch
+    interval of its pretrained row minus it."""
+    task, sizes = curve["task"], list(curve["sizes"])
+    points: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        points[row["name"]] = {}
+        for n in sizes:
+            seeds = row.get("glue", {}).get("seeds") or list(curve["seeds"])  # a costly reference keeps its own
+            over = {**row.get("glue", {}), "tasks": [task], "seeds": seeds, "task_seeds": {}, "task_epochs": {},
+                    "max_train_examples": n, "write_test_predictions": False, "save_models": "none"}
+            cfg = row_config({**glue, **over}, {**row, "glue": over, "glue_dir": curve_dir(out, row["name"], n)}, out)
+            t = run_staged("glue", cfg)["tasks"][cfg.tasks[0]]
+            points[row["name"]][str(n)] = {"metric": t["metric"], "mean": t["mean"], "std": t["std"],
+                                           "n": len(t["seeds"])}
+    diffs: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        p = next((q for q in rows if not q.get("random_init") and q["model_path"] == r["model_path"]), None)
+        if r.get("random_init") and p is not None:
+            diffs[f"{p['name']} minus {r['name']}"] = {
+                str(n): {"difference": _gain(points[p["name"]][str(n)], points[r["name"]][str(n)]),
+                         "interval": welch(points[p["name"]][str(n)], points[r["name"]][str(n)])} for n in sizes}
+    return {**dict(curve), "points": points, "differences": diffs}
 
 
 def compare_models(
@@ -94,6 +130,7 @@ def compare_models(
     intrinsic: Mapping[str, Optional[Mapping]] = {},
     sentence_task: str = "nsp",
     cross: Mapping[str, Mapping] = {},
+    curve: Optional[Mapping[str, Any]] = None,
 ) -> dict:
     """Run the GLUE grid ``glue`` (GlueConfig fields without model_path/output_dir) for every row
     ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results;
@@ -119,11 +156,14 @@ def compare_models(
     g = GlueConfig.model_validate({**glue, "model_path": ".", "output_dir": "."})
     comparison = {
         "rows": table, "sentence_task": sentence_task,
-        "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "batch_size", "epochs", "task_epochs",
+        "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "task_seeds", "batch_size", "epochs",
+                                              "task_epochs",
                                               "max_steps", "max_train_examples", "max_eval_examples",
                                               "max_seq_length", "precision")},
     }
     comparison["differences"] = differences(comparison)  # Welch intervals, as the report prints them
+    if curve:
+        comparison["learning_curve"] = learning_curve(rows, glue, out, curve)
     with staged(out) as here:  # the directory itself, or node-local scratch uploaded afterwards
         write_json_atomic(here / "comparison.json", comparison)
         plot_comparison(comparison, here / "comparison.png")
@@ -136,10 +176,13 @@ def compare_models(
 COMPARE_FILES = ("comparison.json", "comparison.md", "comparison.png")
 
 
-def compare_stage(output_dir: str | Path, rows: Sequence[Mapping[str, Any]]) -> StageDir:
-    """The comparison's output location (contracts.stage): the report's three files and the GLUE
-    directories of the rows that keep their cells inside it (``glue-<row slug>``)."""
+def compare_stage(output_dir: str | Path, rows: Sequence[Mapping[str, Any]],
+                  curve: Optional[Mapping[str, Any]] = None) -> StageDir:
+    """The comparison's output location (contracts.stage): the report's three files, the GLUE
+    directories of the rows that keep their cells inside it (``glue-<row slug>``) and those of the
+    learning curve's points (``curve-<row slug>-n<N>``)."""
     owns = frozenset(COMPARE_FILES) | {f"glue-{slug(r['name'])}" for r in rows}
+    owns |= {curve_dir(".", r["name"], n)[2:] for r in rows for n in (curve or {}).get("sizes", [])}
     return StageDir.at(output_dir, "compare", owns=owns)
 
 
@@ -161,15 +204,15 @@ def _made_before_records(sd: StageDir) -> bool:
 
 def run_comparison(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], output_dir: str | Path,
                    intrinsic: Mapping[str, Optional[Mapping]], sentence_task: str, cross: Mapping[str, Mapping],
-                   config_hash: str, inputs: Mapping[str, Any]) -> dict:
+                   config_hash: str, inputs: Mapping[str, Any], curve: Optional[Mapping[str, Any]] = None) -> dict:
     """``compare_models`` as a stage: under the directory's lock, a user's file there refused with one
     line, the record (``config_hash``, ``inputs``) written last."""
-    sd = compare_stage(output_dir, rows)
+    sd = compare_stage(output_dir, rows, curve)
     with sd.lock():
         if not _made_before_records(sd):
             sd.refuse_foreign("files no comparison wrote", advice="move them or use another output_root")
         sd.begin(config_hash, inputs, sd.owns)
-        result = compare_models(rows, glue, output_dir, intrinsic, sentence_task, cross)
+        result = compare_models(rows, glue, output_dir, intrinsic, sentence_task, cross, curve)
         sd.commit(sd.present(COMPARE_FILES), config_hash, inputs)
     return result
 
@@ -219,7 +262,8 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
                  + ([f"held-out {other} acc (not trained on)"] if other else []))
     lines = [
         "# Pretrained vs random init vs MiniLM", "",
-        f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}, batch "
+        f"Same fine-tuning budget for every row: lr grid {b['learning_rates']}, seeds {b['seeds']}"
+        + "".join(f" ({t}: seeds {s})" for t, s in (b.get("task_seeds") or {}).items()) + ", batch "
         f"{b['batch_size']}, {b['epochs']} epochs"
         + "".join(f" ({t}: {e})" for t, e in (b.get("task_epochs") or {}).items())
         + (f" (max {b['max_steps']} steps)" if b["max_steps"] else "")
@@ -250,6 +294,25 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
                          + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
+    lc = c.get("learning_curve")
+    if lc:
+        names = list(lc["points"])
+        lines += [f"Learning curve: {lc['task']} dev metric x100 after fine-tuning on its first N training examples, "
+                  f"mean ± std over seeds {lc['seeds']}, the grid's budget otherwise; N = {lc['primary']} is the "
+                  "point that decides (declared before the run):", "",
+                  "| N | " + " | ".join(names) + "".join(f" | {pair}: difference | 95% interval | verdict"
+                                                        for pair in lc["differences"]) + " |",
+                  "|---|" + "---|" * len(names) + "---|---|---|" * len(lc["differences"])]
+        for n in lc["sizes"]:
+            cells = [_pm(lc["points"][name][str(n)]) for name in names]
+            for d in lc["differences"].values():
+                ci = d[str(n)]["interval"]
+                cells += [d[str(n)]["difference"],
+                          f"[{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]" if ci and ci["low"] is not None
+                          else "n/a", verdict(ci)]
+            mark = f"**{n}**" if n == lc["primary"] else f"{n}"
+            lines.append(f"| {mark} | " + " | ".join(cells) + " |")
+        lines.append("")
     zs = [r for r in rows if r.get("zero_shot_stsb")]
     if zs:
         lines += ["Zero-shot STS-B, no fine-tuning: Spearman x100 of the cosine of mean-pooled last-layer embeddings "

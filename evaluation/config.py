@@ -80,6 +80,19 @@ class FinetuneOptions(StrictModel):
         return stable_hash(without_later_defaults(data))
 
 
+def _by_task_name(per_task: dict) -> dict:
+    """A per-task mapping keyed by the tasks' names as ``--tasks`` reads them (``sst2`` is SST-2); an
+    unknown task is refused."""
+    names = {t.replace("-", "").lower(): t for t in GLUE_TASKS}
+    out = {}
+    for task, value in per_task.items():
+        name = names.get(str(task).replace("-", "").lower())
+        if name is None:
+            raise ValueError(f"unknown GLUE task {task!r}; choose from {', '.join(GLUE_TASKS)}")
+        out[name] = value
+    return out
+
+
 class GlueConfig(EvalBase, FinetuneOptions):
     """GLUE: fine-tune on each task's train.tsv, score on dev, optionally predict test.tsv and keep the
     fine-tuned models; or (predict_only) predict and score with a model kept that way."""
@@ -93,6 +106,10 @@ class GlueConfig(EvalBase, FinetuneOptions):
         default_factory=dict, description="epochs for the tasks named, overriding epochs (e.g. SST-2: 1 gives its "
         "67k examples one pass while the small tasks get the paper's 3)"
     )
+    task_seeds: dict[str, list[int]] = Field(
+        default_factory=dict, description="seeds for the tasks named, overriding seeds (e.g. STS-B: [1, ..., 8] "
+        "gives the task where small models show transfer enough seeds for a confidence interval)"
+    )
     save_models: Literal["none", "best", "all"] = Field(
         "none", description="keep fine-tuned models as Hugging Face directories under <output_dir>/models: best = "
         "the run the test predictions come from (chosen lr, best-dev seed), all = every (task, lr, seed)"
@@ -105,16 +122,22 @@ class GlueConfig(EvalBase, FinetuneOptions):
     @field_validator("task_epochs")
     @classmethod
     def _task_epochs(cls, v: dict[str, float]) -> dict[str, float]:
-        names = {t.replace("-", "").lower(): t for t in GLUE_TASKS}
-        out = {}
         for task, epochs in v.items():
-            name = names.get(str(task).replace("-", "").lower())
-            if name is None:
-                raise ValueError(f"unknown GLUE task {task!r}; choose from {', '.join(GLUE_TASKS)}")
             if not epochs > 0:
                 raise ValueError(f"{task}: epochs must be positive, got {epochs}")
-            out[name] = float(epochs)
-        return out
+        return {name: float(epochs) for name, epochs in _by_task_name(v).items()}
+
+    @field_validator("task_seeds")
+    @classmethod
+    def _task_seeds(cls, v: dict[str, list[int]]) -> dict[str, list[int]]:
+        for task, seeds in v.items():
+            if not seeds or len(set(seeds)) != len(seeds):
+                raise ValueError(f"{task}: seeds must be a non-empty list without repeats, got {seeds}")
+        return {name: list(seeds) for name, seeds in _by_task_name(v).items()}
+
+    def seeds_of(self, task: str) -> list[int]:
+        """The seeds ``task`` runs with: its task_seeds entry, else ``seeds``."""
+        return self.task_seeds.get(task, list(self.seeds))
 
     def epochs_of(self, task: str) -> float:
         """The epochs ``task`` trains for: its task_epochs entry, else ``epochs``."""
@@ -132,7 +155,8 @@ class GlueConfig(EvalBase, FinetuneOptions):
 # Options added to the fine-tuning configs after results and resumable cells were first keyed by its fields. Left at
 # these defaults they are dropped from every hash (config_hash, evaluation.cells.cell_key), so an older
 # config keeps its stage record, its pipeline directory and its finished cells.
-LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32", "task_epochs": {}}
+LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32", "task_epochs": {},
+                  "task_seeds": {}}
 
 
 def without_later_defaults(data: dict) -> dict:

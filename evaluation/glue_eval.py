@@ -165,7 +165,7 @@ def run_glue(cfg: GlueConfig) -> dict:
     if cfg.predict_only:
         return predict_glue(cfg)
     specs, inputs = _check_inputs(cfg)
-    grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds]
+    grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds_of(spec.name)]
     cfg_data = cfg.model_dump(mode="json")
     keys = [cell_key(cfg_data, *g, inputs[g[0]]) for g in grid]  # by content: see evaluation.cells
     save = cfg.save_models != "none"

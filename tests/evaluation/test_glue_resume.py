@@ -158,3 +158,25 @@ def test_task_epochs_override_one_task_and_share_its_cells(tiny_hf, shared_data,
         GlueConfig(**paths, task_epochs={"SST": 1})
     with pytest.raises(ValueError, match="epochs must be positive"):
         GlueConfig(**paths, task_epochs={"RTE": 0})
+
+
+def test_task_seeds_add_seeds_to_one_task_and_share_the_common_cells(tiny_hf, shared_data, tmp_path):
+    """{seeds: [1, 2], task_seeds: {STS-B: [1, 2, 3]}}: STS-B runs three seeds, RTE two; the cells of seeds 1
+    and 2 are the very cells of the grid without task_seeds (reused); the summary counts each task's seeds."""
+    from evaluation import glue_eval
+
+    base = dict(TINY, tasks=["STS-B", "RTE"], learning_rates=[5e-5], seeds=[1, 2])
+    paths = dict(model_path=str(tiny_hf), glue_dir=str(shared_data / "glue"), output_dir=str(tmp_path))
+    plain = glue_eval.run_glue(GlueConfig(**paths, **base))
+    assert plain["cells"] == {"ran": plain["cells"]["ran"], "reused": 0} and len(plain["cells"]["ran"]) == 4
+    cfg = GlueConfig(**paths, **base, task_seeds={"stsb": [1, 2, 3]})
+    assert cfg.task_seeds == {"STS-B": [1, 2, 3]} and cfg.seeds_of("RTE") == [1, 2]
+    assert GlueConfig(**paths, **base).config_hash() != cfg.config_hash()
+    res = glue_eval.run_glue(cfg)
+    assert res["cells"]["reused"] == 4 and [k.split("-")[0] for k in res["cells"]["ran"]] == ["STS"]
+    assert res["tasks"]["STS-B"]["seeds"] == [1, 2, 3] and res["tasks"]["RTE"]["seeds"] == [1, 2]
+    assert _keys(cfg, "STS-B", 5e-5, 1) == _keys(GlueConfig(**paths, **base), "STS-B", 5e-5, 1)
+    with pytest.raises(ValueError, match="unknown GLUE task 'STS'"):
+        GlueConfig(**paths, task_seeds={"STS": [1]})
+    with pytest.raises(ValueError, match="without repeats"):
+        GlueConfig(**paths, task_seeds={"RTE": [1, 1]})

@@ -49,7 +49,9 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     for row in comp["rows"]:
         seeds = [1] if row["name"] == MINILM else [1, 2]  # the recipe's minilm_seeds: [1]
         assert row["seeds"] == seeds and set(row["tasks"]) == set(tasks)
-        assert row["cells_ran"] == 5 * len(seeds)  # 5 tasks x 1 lr x the row's seeds
+        # 5 tasks x 1 lr x the row's seeds, and STS-B's third seed (task_seeds) for the rows of the grid's seeds
+        assert row["cells_ran"] == 5 * len(seeds) + (row["name"] != MINILM), row["name"]
+        assert row["tasks"]["STS-B"]["seeds"] == ([1] if row["name"] == MINILM else [1, 2, 3])
         for t in tasks + ["avg"]:
             v = row["tasks"][t] if t != "avg" else row["glue_average"]
             assert math.isfinite(v["mean"]) and math.isfinite(v["std"]) and v["std"] >= 0, (row["name"], t, v)
@@ -75,10 +77,15 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     table = md.split("\n| model | ", 1)[1].split("\n\n", 1)[0]  # the main table, up to its blank line
     lines = [ln for ln in table.splitlines() if ln.startswith(("| pretrained", "| random init", "| MiniLM"))]
     # Zero-shot STS-B per row (a random init: over its seeds' weights) and the Welch table per task
-    assert [r["zero_shot_stsb"]["n"] for r in comp["rows"]] == [1, 2, 1]
+    assert [r["zero_shot_stsb"]["n"] for r in comp["rows"]] == [1, 3, 1]  # a random init: STS-B's seeds
     assert all(-1 <= v <= 1 for r in comp["rows"] for v in r["zero_shot_stsb"]["values"])
     assert "| model | zero-shot STS-B |" in md and f"{PRETRAINED} minus {RANDOM}, dev metric x100" in md
     assert set(comp["differences"][f"{PRETRAINED} minus {RANDOM}"]) == set(tasks) | {"GLUE avg"}
+    # The learning curve of the smoke overlay: SST-2 at 8 and 16 examples for every row, 16 deciding
+    lc = comp["learning_curve"]
+    assert lc["primary"] == 16 and set(lc["points"]) == {PRETRAINED, RANDOM, MINILM}
+    assert [lc["points"][name]["16"]["n"] for name in (PRETRAINED, RANDOM, MINILM)] == [2, 2, 1]  # MiniLM: its seeds
+    assert set(lc["differences"][f"{PRETRAINED} minus {RANDOM}"]) == {"8", "16"} and "| **16** |" in md
     [gain] = [ln for ln in lines if " − " in ln]  # pretrained minus random init, per task and on the average
     lines.remove(gain)
     assert len(lines) == 3 and all(ln.count("±") == 6 for ln in lines), lines  # 5 tasks + GLUE avg
@@ -113,7 +120,8 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     capsys.readouterr()
     [same] = list((smoke_run / "compare").glob("*/comparison.json"))
     grown = json.loads(same.read_text())
-    assert same == report and [r["cells_ran"] for r in grown["rows"]] == [5, 5, 0]  # MiniLM: minilm_seeds [1]
+    # seed 3 of the four tasks without task_seeds (STS-B's ran before); MiniLM: minilm_seeds [1]
+    assert same == report and [r["cells_ran"] for r in grown["rows"]] == [4, 4, 0]
     assert [r["seeds"] for r in grown["rows"]] == [[1, 2, 3], [1, 2, 3], [1]]
 
     # The reference rows' cells do not depend on the pretrained weights (MiniLM's are MiniLM's; a random
@@ -126,7 +134,8 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     capsys.readouterr()
     [sop] = [p for p in (smoke_run / "compare").glob("*/comparison.json") if p != report]
     variant = json.loads(sop.read_text())
-    assert variant["sentence_task"] == "sop" and [r["cells_ran"] for r in variant["rows"]] == [10, 0, 0]
+    # the SOP model's own grid (5 tasks x 2 seeds + STS-B's third seed); the reference rows' cells are reused
+    assert variant["sentence_task"] == "sop" and [r["cells_ran"] for r in variant["rows"]] == [11, 0, 0]
     assert variant["rows"][0]["model_path"] != comp["rows"][0]["model_path"]  # another pretrained model
     assert [r["tasks"] for r in variant["rows"][1:]] == [r["tasks"] for r in comp["rows"][1:]]
 
