@@ -294,6 +294,16 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
                          + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
+    for pair, diffs in differences(c).items():
+        lines += [f"{pair}, dev metric x100: the difference of the seed means and its Welch 95% interval over "
+                  "seeds (transfer shown: the interval lies wholly above 0):", "",
+                  "| task | difference | 95% interval | seeds | verdict |", "|---|---|---|---|---|"]
+        for t, d in diffs.items():
+            ci = d["interval"]
+            interval = f"[{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]" if ci and ci["low"] is not None else "n/a"
+            lines.append(f"| {t} | {d['difference']} | {interval} | {d['seeds'][0]} vs {d['seeds'][1]} | "
+                         f"{verdict(ci)} |")
+        lines.append("")
     lc = c.get("learning_curve")
     if lc:
         names = list(lc["points"])
@@ -325,16 +335,6 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
             p = next((q for q in zs if not q["random_init"] and q["model_path"] == r["model_path"]), None)
             if r["random_init"] and p is not None:
                 lines.append(f"| {p['name']} minus {r['name']} | {_gain(p['zero_shot_stsb'], r['zero_shot_stsb'])} |")
-        lines.append("")
-    for pair, diffs in differences(c).items():
-        lines += [f"{pair}, dev metric x100: the difference of the seed means and its Welch 95% interval over "
-                  "seeds (transfer shown: the interval lies wholly above 0):", "",
-                  "| task | difference | 95% interval | seeds | verdict |", "|---|---|---|---|---|"]
-        for t, d in diffs.items():
-            ci = d["interval"]
-            interval = f"[{100 * ci['low']:+.1f}, {100 * ci['high']:+.1f}]" if ci and ci["low"] is not None else "n/a"
-            lines.append(f"| {t} | {d['difference']} | {interval} | {d['seeds'][0]} vs {d['seeds'][1]} | "
-                         f"{verdict(ci)} |")
         lines.append("")
     lrs = list(b["learning_rates"])
     if len(lrs) > 1:
