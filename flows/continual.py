@@ -131,6 +131,17 @@ def _source(cfg: ContinualConfig) -> str:
     return cfg.source.rstrip("/") if is_uri(cfg.source) else str(Path(cfg.source).expanduser().resolve())
 
 
+def inside(out: str, source: str) -> bool:
+    """Whether ``out`` is ``source`` or lies under it: two local paths (resolved), or two object-store
+    prefixes (``s3://b/corpus-2`` is not under ``s3://b/corpus``)."""
+    if is_uri(out) != is_uri(source):
+        return False
+    if is_uri(out):
+        o, s = out.rstrip("/"), source.rstrip("/")
+        return o == s or o.startswith(s + "/")
+    return Path(out) == Path(source) or Path(source) in Path(out).parents
+
+
 def snapshots_in(source: str) -> tuple[list[str], list[str]]:
     """(the snapshot folders under ``source``, in name order; names ignored: files, hidden, odd names)."""
     names: set[str] = set()
@@ -566,11 +577,9 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
     """One firing: every new snapshot in name order. Returns {"new": [...], "decided": [records]}."""
     root = root_of(cfg)
     source = _source(cfg)
-    if not is_uri(source) and not is_uri(str(root)):
-        out = Path(root)
-        if out == Path(source) or Path(source) in out.parents:
-            raise UserError(f"output_root: {out} lies inside source {source}; its folders would be read as "
-                            "snapshots: use a directory outside it")
+    if inside(str(root), source):
+        raise UserError(f"output_root: {root} lies inside source {source}; its folders would be read as "
+                        "snapshots: use a directory outside it")
     firings = Firings(root)
     snaps, ignored = snapshots_in(source)
     if ignored:

@@ -265,6 +265,15 @@ def test_two_firings_never_run_at_once(tmp_path):
     assert not (tmp_path / "out" / "documents").exists()  # refused before any work
 
 
+def test_output_inside_source_local_or_on_a_store():
+    from flows.continual import inside
+
+    assert inside("s3://b/corpus", "s3://b/corpus/") and inside("s3://b/corpus/out/x", "s3://b/corpus")
+    assert not inside("s3://b/corpus-2", "s3://b/corpus") and not inside("s3://b/out", "s3://b/corpus")
+    assert not inside("s3://b/corpus/out", "/local/corpus") and not inside("/b/corpus/out", "s3://b/corpus")
+    assert inside("/data/corpus/out", "/data/corpus") and not inside("/data/corpus-2", "/data/corpus")
+
+
 def test_hostile_sources_and_records(tmp_path, capsys):
     source = make_snapshots(tmp_path / "corpus", names=GOOD[:1], junk=False)
     (source / "notes.txt").write_text("mine")
@@ -274,6 +283,8 @@ def test_hostile_sources_and_records(tmp_path, capsys):
     assert "ignored" in lines[0] and "notes.txt" in lines[0] and "bad name!" in lines[0]
     with pytest.raises(UserError, match="inside source"):
         fire(config(source, source / "out"), log=lines.append)
+    with pytest.raises(UserError, match="inside source"):  # on an object store too, refused before any listing
+        fire(config("s3://bucket/corpus/", "s3://bucket/corpus/out"), log=lines.append)
     with pytest.raises(UserError, match="not found"):
         fire(config(tmp_path / "missing", tmp_path / "out"), log=lines.append)
     firings = Firings(tmp_path / "out")
