@@ -87,6 +87,16 @@ def _zero_shot(cfg: GlueConfig) -> dict[str, Any]:
             "values": values}
 
 
+def random_pairs(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """(pretrained row, random-init row) for each random-init row with a pretrained row of its model."""
+    pairs = []
+    for r in rows:
+        p = next((q for q in rows if not q.get("random_init") and q["model_path"] == r["model_path"]), None)
+        if r.get("random_init") and p is not None:
+            pairs.append((p, r))
+    return pairs
+
+
 def curve_dir(output_dir: str | Path, row_name: str, size: int) -> str:
     """Where one row's cells of one learning-curve point live: ``<output_dir>/curve-<row slug>-n<size>``."""
     return f"{str(output_dir).rstrip('/')}/curve-{slug(row_name)}-n{size}"
@@ -105,21 +115,18 @@ def learning_curve(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], o
     points: dict[str, dict[str, dict]] = {}
     for row in rows:
         points[row["name"]] = {}
+        seeds = row.get("glue", {}).get("seeds") or list(curve["seeds"])  # a costly reference keeps its own
         for n in sizes:
-            seeds = row.get("glue", {}).get("seeds") or list(curve["seeds"])  # a costly reference keeps its own
             over = {**row.get("glue", {}), "tasks": [task], "seeds": seeds, "task_seeds": {}, "task_epochs": {},
                     "max_train_examples": n, "write_test_predictions": False, "save_models": "none"}
             cfg = row_config({**glue, **over}, {**row, "glue": over, "glue_dir": curve_dir(out, row["name"], n)}, out)
             t = run_staged("glue", cfg)["tasks"][cfg.tasks[0]]
             points[row["name"]][str(n)] = {"metric": t["metric"], "mean": t["mean"], "std": t["std"],
                                            "n": len(t["seeds"])}
-    diffs: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        p = next((q for q in rows if not q.get("random_init") and q["model_path"] == r["model_path"]), None)
-        if r.get("random_init") and p is not None:
-            diffs[f"{p['name']} minus {r['name']}"] = {
-                str(n): {"difference": _gain(points[p["name"]][str(n)], points[r["name"]][str(n)]),
-                         "interval": welch(points[p["name"]][str(n)], points[r["name"]][str(n)])} for n in sizes}
+    diffs = {f"{p['name']} minus {r['name']}": {
+        str(n): {"difference": _gain(points[p["name"]][str(n)], points[r["name"]][str(n)]),
+                 "interval": welch(points[p["name"]][str(n)], points[r["name"]][str(n)])} for n in sizes}
+        for p, r in random_pairs(rows)}
     return {**dict(curve), "points": points, "differences": diffs}
 
 
@@ -235,10 +242,7 @@ def differences(c: Mapping) -> dict[str, dict[str, dict]]:
     seed count, and Welch's 95% interval (``evaluation.stats.welch``; None with fewer than 2 seeds)."""
     rows, tasks = c["rows"], list(c["budget"]["tasks"])
     out: dict[str, dict[str, dict]] = {}
-    for r in rows:
-        p = next((q for q in rows if not q["random_init"] and q["model_path"] == r["model_path"]), None)
-        if not r["random_init"] or p is None:
-            continue
+    for p, r in random_pairs(rows):
         pair = {}
         for t in tasks + ["GLUE avg"]:
             a, b = (p["glue_average"], r["glue_average"]) if t == "GLUE avg" else (p["tasks"].get(t), r["tasks"].get(t))
@@ -286,12 +290,10 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         cross = f"{100 * x['acc']:.1f}" if x and x["count"] else "n/a"
         held = [mlm] + ([nsp] if sent else []) + ([cross] if other else [])
         lines.append(f"| {name} | " + " | ".join(cells + [_pm(r["glue_average"])] + held) + " |")
-    for r in rows:  # the gain over the floor: each random-init row against the pretrained row of its model
-        p = next((q for q in rows if not q["random_init"] and q["model_path"] == r["model_path"]), None)
-        if r["random_init"] and p is not None:
-            gains = [_gain(p["tasks"].get(t), r["tasks"].get(t)) for t in tasks]
-            lines.append(f"| {p['name']} − {r['name']} | " + " | ".join(gains)
-                         + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
+    for p, r in random_pairs(rows):  # the gain over the floor: each random-init row against its pretrained row
+        gains = [_gain(p["tasks"].get(t), r["tasks"].get(t)) for t in tasks]
+        lines.append(f"| {p['name']} − {r['name']} | " + " | ".join(gains)
+                     + f" | {_gain(p['glue_average'], r['glue_average'])} |" + " |" * len(held_cols))
     lines += ["", "n/a held-out scores: that model has no pretraining heads for our vocab (MiniLM ships the "
               "encoder only) or no intrinsic evaluation was configured.", ""]
     for pair, diffs in differences(c).items():
@@ -331,10 +333,8 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         for r in zs:
             z = r["zero_shot_stsb"]
             lines.append(f"| {r['name']} | " + (_pm(z) if z["n"] > 1 else f"{100 * z['mean']:.1f}") + " |")
-        for r in zs:
-            p = next((q for q in zs if not q["random_init"] and q["model_path"] == r["model_path"]), None)
-            if r["random_init"] and p is not None:
-                lines.append(f"| {p['name']} minus {r['name']} | {_gain(p['zero_shot_stsb'], r['zero_shot_stsb'])} |")
+        for p, r in random_pairs(zs):
+            lines.append(f"| {p['name']} minus {r['name']} | {_gain(p['zero_shot_stsb'], r['zero_shot_stsb'])} |")
         lines.append("")
     lrs = list(b["learning_rates"])
     if len(lrs) > 1:
