@@ -23,6 +23,7 @@ from contracts.stage import StageDir
 from contracts.storage import location
 from data_jobs.job_output import publish, staged
 from evaluation.config import GlueConfig
+from evaluation.report import at_choice
 from evaluation.runner import run_staged
 from evaluation.stats import verdict, welch
 
@@ -43,13 +44,13 @@ def slug(name: str) -> str:
 
 
 def _glue_average(results: Mapping) -> dict[str, float]:
-    """Mean over tasks of each task's primary metric, per seed (at each task's chosen lr), then mean ±
-    std over seeds: the spread of the average, not an average of spreads."""
+    """Mean over tasks of each task's primary metric, per seed (at each task's chosen lr and epoch), then
+    mean ± std over seeds: the spread of the average, not an average of spreads."""
     tasks = results["tasks"]
     per_seed: dict[int, list[float]] = {}
     for r in results["runs"]:
         t = tasks[r["eval"]]
-        if r["lr"] == t["best_lr"]:
+        if at_choice(r, t):
             per_seed.setdefault(r["seed"], []).append(r["metrics"][t["metric"]])
     means = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(tasks)]
     arr = np.asarray(means or [float("nan")])
@@ -106,9 +107,9 @@ def learning_curve(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], o
                    curve: Mapping[str, Any]) -> dict[str, Any]:
     """Every row fine-tuned on the first N training examples of ``curve["task"]`` for each N of
     ``curve["sizes"]``, at ``curve["seeds"]`` (a row with seeds of its own, MiniLM's, keeps them), with the
-    grid's budget otherwise (lr grid and choice on dev, ``epochs`` but not ``task_epochs``: a full-set pass is
-    no measure for 1,000 examples, batch); each (row, N) a GLUE grid of its own (``curve_dir``), resumable
-    cell by cell. Returns
+    grid's budget otherwise (its lr grid and how it chooses, ``epochs`` but not ``task_epochs``: a full-set
+    pass is no measure for 1,000 examples, batch; with ``select_on: train_split`` the N come after the
+    held-out examples); each (row, N) a GLUE grid of its own (``curve_dir``), resumable cell by cell. Returns
     per row and N the dev metric's mean, std and seed count, and per random-init row and N the Welch
     interval of its pretrained row minus it."""
     task, sizes = curve["task"], list(curve["sizes"])
@@ -151,7 +152,8 @@ def compare_models(
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
             "seeds": list(cfg.seeds),
             "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
-            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "seeds", "by_lr")}
+            "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "best_epoch", "selection", "seeds",
+                                            "by_lr") if k in v}
                       for t, v in res["tasks"].items()},
             "glue_average": _glue_average(res),
             "held_out": _held_out(intrinsic.get(row["name"])),
@@ -166,7 +168,8 @@ def compare_models(
         "budget": {k: getattr(g, k) for k in ("tasks", "learning_rates", "seeds", "task_seeds", "batch_size", "epochs",
                                               "task_epochs",
                                               "max_steps", "max_train_examples", "max_eval_examples",
-                                              "max_seq_length", "precision")},
+                                              "max_seq_length", "precision", "select_on", "select_fraction",
+                                              "select_max")},
     }
     comparison["differences"] = differences(comparison)  # Welch intervals, as the report prints them
     if curve:
@@ -224,6 +227,14 @@ def run_comparison(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], o
     return result
 
 
+def chosen_on(b: Mapping) -> str:
+    """How a comparison's budget ``b`` chose each task's lr (and epoch), in the report's words."""
+    if b.get("select_on", "dev") == "dev":
+        return "the lr chosen on dev"
+    return (f"the lr and epoch chosen on {100 * b['select_fraction']:g} % of each task's training examples "
+            f"(at most {b['select_max']:,}), held out and never trained on; dev is reported at that choice only")
+
+
 def _pm(v: Optional[Mapping]) -> str:
     if v is None or v.get("mean") is None or not np.isfinite(v["mean"]):
         return "n/a"
@@ -275,7 +286,7 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         + f", train examples per task: {b['max_train_examples'] or 'all'}, dev examples: "
         f"{b['max_eval_examples'] or 'all'}, seq {b['max_seq_length']}.",
         "Dev metric x100 (CoLA: MCC, MRPC: F1, STS-B: Spearman, others: accuracy), mean ± sample std over "
-        "seeds at the lr chosen on dev; GLUE avg: the per-seed mean over tasks, then mean ± std over seeds.", "",
+        f"seeds at {chosen_on(b)}; GLUE avg: the per-seed mean over tasks, then mean ± std over seeds.", "",
         "| model | " + " | ".join(tasks + ["GLUE avg"] + held_cols) + " |",
         "|---|" + "---|" * (len(tasks) + 1 + len(held_cols)),
     ]
@@ -339,7 +350,9 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
     lrs = list(b["learning_rates"])
     if len(lrs) > 1:
         lines += ["Mean dev metric x100 over seeds at every learning rate of the grid (the table above takes the "
-                  "best on dev):", "", "| model | lr | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+                  + ("best on dev):" if b.get("select_on", "dev") == "dev" else
+                     "one chosen on the held-out training examples; each lr here at the epoch chosen the same way):"),
+                  "", "| model | lr | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
         for r in rows:
             for lr in lrs:
                 vals = [(r["tasks"].get(t) or {}).get("by_lr", {}).get(f"{lr:g}") for t in tasks]

@@ -118,6 +118,18 @@ class GlueConfig(EvalBase, FinetuneOptions):
         False, description="model_path is a model saved by save_models: fine-tune nothing, predict test.tsv and "
         "score the dev files that exist (train.tsv is not needed)"
     )
+    select_on: Literal["dev", "train_split"] = Field(
+        "dev", description="what picks the lr: dev = the BERT paper's way (dev both picks and is reported); "
+        "train_split = a held-out part of train.tsv picks the lr and the epoch (the end of each whole epoch), "
+        "never trained on; dev is only reported, at that choice"
+    )
+    select_fraction: float = Field(
+        0.1, gt=0, lt=0.5, description="select_on train_split: the fraction of train.tsv held out for the choice"
+    )
+    select_max: int = Field(
+        2000, ge=1, description="select_on train_split: at most this many examples held out (SST-2's 10 % would "
+        "be 6,700)"
+    )
 
     @field_validator("task_epochs")
     @classmethod
@@ -149,6 +161,9 @@ class GlueConfig(EvalBase, FinetuneOptions):
             raise ValueError("predict_only uses the fine-tuned weights; it cannot be combined with random_init")
         if self.predict_only and self.save_models != "none":
             raise ValueError("predict_only fine-tunes nothing, so there is no model to save (save_models: none)")
+        if self.select_on == "train_split" and self.save_models != "none":
+            raise ValueError("select_on train_split may choose an earlier epoch than the last, whose model is not "
+                             "kept: use save_models none, or select_on dev")
         return self
 
 
@@ -156,7 +171,7 @@ class GlueConfig(EvalBase, FinetuneOptions):
 # these defaults they are dropped from every hash (config_hash, evaluation.cells.cell_key), so an older
 # config keeps its stage record, its pipeline directory and its finished cells.
 LATER_DEFAULTS = {"save_models": "none", "predict_only": False, "precision": "fp32", "task_epochs": {},
-                  "task_seeds": {}}
+                  "task_seeds": {}, "select_on": "dev", "select_fraction": 0.1, "select_max": 2000}
 
 
 def without_later_defaults(data: dict) -> dict:

@@ -79,8 +79,13 @@ def fit(
     progress: bool = False,
     epochs: Optional[float] = None,
     optimizer: Optional[torch.optim.Optimizer] = None,
+    at_epoch: Optional[Callable[[float], None]] = None,
 ) -> dict:
-    """Train ``model`` in place; returns steps, seconds and the mean loss of the last 10% of steps."""
+    """Train ``model`` in place; returns steps, seconds and the mean loss of the last 10% of steps.
+
+    ``at_epoch(epoch)``: called at the end of every whole epoch and after the last step (a fraction of an
+    epoch there), with the model as it is then; training goes on in train mode afterwards. It does not
+    change the training: the batches come from their own generator, and scoring draws no random numbers."""
     n = len(next(iter(data.values())))
     steps = total_steps(n, opts.batch_size, epochs or opts.epochs, None if epochs else opts.max_steps)
     opt = optimizer or make_optimizer(model, lr, opts.weight_decay)
@@ -90,6 +95,7 @@ def fit(
     losses: list[float] = []
     start = time.perf_counter()
     batches = _shuffled_batches(n, opts.batch_size, gen)
+    per_epoch = math.ceil(n / opts.batch_size)
     for step in tqdm(range(steps), desc=f"fine-tune lr={lr:g} seed={seed}", disable=not progress, leave=False):
         idx = next(batches)
         with autocast(opts.precision, device):
@@ -102,6 +108,11 @@ def fit(
         opt.step()
         sched.step()
         losses.append(float(loss.item()))
+        if at_epoch is not None and ((step + 1) % per_epoch == 0 or step + 1 == steps):
+            scoring = time.perf_counter()
+            at_epoch(round((step + 1) / per_epoch, 4))
+            model.train()
+            start += time.perf_counter() - scoring  # train_seconds: training only
     tail = losses[-max(1, len(losses) // 10) :]
     return {"steps": steps, "train_seconds": time.perf_counter() - start, "final_loss": float(np.mean(tail))}
 

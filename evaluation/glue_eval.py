@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from bert_core.heads import BertForSequenceClassification
 from bert_core.identity import identity
 from bert_core.losses import classification_loss
@@ -28,7 +30,7 @@ from evaluation.finetuned import RECORD, read_record, replace_dir, save_finetune
 from evaluation.glue_predict import encode as _encode, job_data, predict_glue, predict_labels as _predict_labels
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
 from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
-from evaluation.report import summarize, write_results
+from evaluation.report import at_choice, choice_score, summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
 from evaluation.text import bert_tokenizer
 
@@ -50,8 +52,35 @@ def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, P
     return train, devs, tests
 
 
+def held_out_indices(n: int, fraction: float, most: int) -> list[int]:
+    """Which of ``n`` training examples are held out to choose lr and epoch (``select_on: train_split``):
+    ``min(most, round(fraction * n))`` of them (at least 1), drawn once with a fixed seed (numpy's legacy
+    RandomState, stable across versions), so every lr, seed and model of a grid is chosen on the same ones."""
+    k = min(most, max(1, round(fraction * n)))
+    if k >= n:
+        raise ValueError(f"{n} training examples leave none to train on after holding out {k}")
+    return sorted(np.random.RandomState(0).permutation(n)[:k].tolist())
+
+
+def train_and_held_out(cfg: GlueConfig, spec: glue.TaskSpec, path: Path) -> tuple[list, list]:
+    """(examples trained on, examples held out for the choice). ``select_on: dev``: the first
+    ``max_train_examples``, nothing held out. ``train_split``: the held-out examples come from the whole
+    file, and ``max_train_examples`` takes the first N of the rest (a learning curve's N examples stay N)."""
+    if cfg.select_on == "dev":
+        return glue.read_examples(spec, path, cfg.max_train_examples), []
+    examples = glue.read_examples(spec, path)
+    try:
+        held = set(held_out_indices(len(examples), cfg.select_fraction, cfg.select_max))
+    except ValueError as e:
+        raise UserError(f"{path}: select_on train_split: {e}") from None
+    train = [e for i, e in enumerate(examples) if i not in held]
+    return train[: cfg.max_train_examples], [examples[i] for i in sorted(held)]
+
+
 def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[str] = None) -> dict:
     """Fine-tune ``task`` at (lr, seed); returns one run record per dev file plus test predictions.
+    ``select_on: train_split``: records at the end of every epoch, each with the held-out training split's
+    score (``"selection"``), and the test predictions of every epoch (``"test_by_epoch"``).
     ``save_to``: also keep the fine-tuned model there (``evaluation.finetuned``)."""
     cfg = GlueConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
@@ -60,29 +89,48 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[
     model, model_config, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
     tok = bert_tokenizer(vocab, cfg.lowercase)
     device = job_device(cfg)
-    train = _encode(tok, glue.read_examples(spec, train_path, cfg.max_train_examples), cfg.max_seq_length, True)
+    train_examples, held = train_and_held_out(cfg, spec, train_path)
+    train = _encode(tok, train_examples, cfg.max_seq_length, True)
+    devs = {name: glue.read_examples(spec, path, cfg.max_eval_examples) for name, path in dev_paths.items()}
+    tests = {name: glue.read_test_examples(spec, path, cfg.max_eval_examples) for name, path in test_paths.items()
+             if cfg.write_test_predictions}
+    dev_data = {name: _encode(tok, ex, cfg.max_seq_length, False) for name, ex in devs.items()}
+    test_data = {name: _encode(tok, ex, cfg.max_seq_length, False) for name, ex in tests.items()}  # same names
+    held_data = _encode(tok, held, cfg.max_seq_length, False) if held else None
+    chooser = next(iter(spec.dev_files))
+
+    def predict(data):
+        return _predict_labels(model, data, spec, cfg.eval_batch_size, device, cfg.precision)
+
+    def score(epoch: Optional[float]) -> tuple[list[dict], dict]:
+        runs = []
+        selection = None
+        if held_data is not None:
+            selection = {"metrics": glue_metrics(chooser, predict(held_data), [e.label for e in held]), "n": len(held)}
+        for name, examples in devs.items():
+            run = {"task": spec.name, "eval": name, "lr": lr, "seed": seed,
+                   "metrics": glue_metrics(name, predict(dev_data[name]), [e.label for e in examples]),
+                   "n_train": len(train["input_ids"]), "n_eval": len(examples)}
+            runs.append(run if epoch is None else {**run, "epoch": epoch, "selection": selection})
+        return runs, {name: predict(data) for name, data in test_data.items()}
+
+    scored: dict[float, tuple[list[dict], dict]] = {}
     seed_all(seed)
     opts = cfg.model_copy(update={"epochs": cfg.epochs_of(spec.name)})
     stats = fit(model, train, lambda m, b: classification_loss(m(**forward_inputs(b)), b["labels"]),
-                opts, lr, seed, device, progress=_progress(cfg))
-    runs = []
-    for name, path in dev_paths.items():
-        examples = glue.read_examples(spec, path, cfg.max_eval_examples)
-        preds = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
-                                cfg.eval_batch_size, device, cfg.precision)
-        metrics = glue_metrics(name, preds, [e.label for e in examples])
-        runs.append({"task": spec.name, "eval": name, "lr": lr, "seed": seed, "metrics": metrics,
-                     "n_train": len(train["input_ids"]), "n_eval": len(examples), **stats})
-    test_preds = {}
-    if cfg.write_test_predictions:
-        for name, path in test_paths.items():
-            examples = glue.read_test_examples(spec, path, cfg.max_eval_examples)
-            test_preds[name] = _predict_labels(model, _encode(tok, examples, cfg.max_seq_length, False), spec,
-                                               cfg.eval_batch_size, device, cfg.precision)
+                opts, lr, seed, device, progress=_progress(cfg),
+                at_epoch=(lambda e: scored.__setitem__(e, score(e))) if held else None)
+    if not held:
+        scored[None] = score(None)
+    runs = [{**run, **stats} for runs_at, _ in scored.values() for run in runs_at]
+    test_preds = list(scored.values())[-1][1]
     if save_to:
         record = {**_record(cfg, spec, lr, seed, runs), "cell": Path(save_to).stem}  # cells/<key>.model
         save_finetuned(model, model_config, vocab, save_to, record, cfg.lowercase)
-    return {"runs": runs, "test_predictions": test_preds}
+    out = {"runs": runs, "test_predictions": test_preds}
+    if held and tests:
+        out["test_by_epoch"] = {f"{e:g}": preds for e, (_, preds) in scored.items()}
+    return out
 
 
 def _record(cfg: GlueConfig, spec: glue.TaskSpec, lr: float, seed: int, runs: list[dict]) -> dict:
@@ -104,6 +152,8 @@ def _check_inputs(cfg: GlueConfig) -> tuple[list[glue.TaskSpec], dict[str, dict]
         train, devs, tests = _task_files(cfg, spec)
         for p in [train, *devs.values()]:
             glue.read_examples(spec, p)
+        if cfg.select_on == "train_split":  # enough rows to hold some out and train on the rest
+            train_and_held_out(cfg, spec, train)
         # Test files too: a malformed test row must stop the run before the first fine-tune, not after.
         for p in tests.values() if cfg.write_test_predictions else []:
             glue.read_test_examples(spec, p)
@@ -113,19 +163,26 @@ def _check_inputs(cfg: GlueConfig) -> tuple[list[glue.TaskSpec], dict[str, dict]
 
 
 def _best_run(spec: glue.TaskSpec, summary: dict, jobs: list[dict]) -> int:
-    """Index (in grid order) of the run with the best dev score at the chosen lr (ties: the first)."""
+    """Index (in grid order) of the run with the best score at the chosen lr (and epoch) by what chose them
+    (dev, or the held-out training split: ``report.choice_score``); ties: the first."""
     chooser = next(iter(spec.dev_files))
-    metric = PRIMARY_METRIC[chooser]
-    best_lr = summary[chooser]["best_lr"]
-    candidates = [i for i, j in enumerate(jobs) if j["runs"][0]["task"] == spec.name and j["runs"][0]["lr"] == best_lr]
-    return max(candidates, key=lambda i: next(r for r in jobs[i]["runs"] if r["eval"] == chooser)["metrics"][metric])
+    metric, t = PRIMARY_METRIC[chooser], summary[chooser]
+    chosen = {i: r for i, j in enumerate(jobs) for r in j["runs"]
+              if r["task"] == spec.name and r["eval"] == chooser and at_choice(r, t)}
+    return max(chosen, key=lambda i: choice_score(chosen[i], metric))
+
+
+def _test_predictions_of(job: dict, task: dict) -> dict:
+    """A job's test predictions at the task's chosen epoch (the last epoch's where none is chosen)."""
+    epoch = task.get("best_epoch")
+    return job["test_by_epoch"][f"{epoch:g}"] if epoch is not None and "test_by_epoch" in job else job["test_predictions"]
 
 
 def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, best: dict) -> dict:
-    """Submission TSVs from the run ``best`` (the best-dev run at the chosen lr); returns {name: path}."""
+    """Submission TSVs from ``best`` (test file name -> predictions of the chosen run); returns {name: path}."""
     written = {}
     _, _, tests = _task_files(cfg, spec)
-    for name, preds in best["test_predictions"].items():
+    for name, preds in best.items():
         examples = glue.read_test_examples(spec, tests[name], cfg.max_eval_examples)
         out = Path(cfg.output_dir) / "glue_test" / f"{name}.tsv"
         glue.write_submission(out, spec, examples, preds)
@@ -195,7 +252,9 @@ def run_glue(cfg: GlueConfig) -> dict:
     best = {spec.name: _best_run(spec, summary, jobs) for spec in specs}
     if cfg.write_test_predictions:
         for spec in specs:
-            results["test_predictions"].update(_write_test_predictions(cfg, spec, jobs[best[spec.name]]))
+            chooser = summary[next(iter(spec.dev_files))]
+            preds = _test_predictions_of(jobs[best[spec.name]], chooser)
+            results["test_predictions"].update(_write_test_predictions(cfg, spec, preds))
     if save:  # after the grid is complete: only then is the choice of the best run final
         results["saved_models"] = _keep_models(cfg, grid, keys, best)
     write_results(cfg.output_dir, results)

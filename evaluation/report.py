@@ -20,33 +20,60 @@ def _mean_std(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0}
 
 
+def choice_score(run: Mapping, metric: str) -> float:
+    """What a run contributes to the choice of lr (and epoch): its held-out training split's score where it
+    has one (GlueConfig ``select_on: train_split``), else its own (dev) score."""
+    held = run.get("selection")
+    return held["metrics"][metric] if held else run["metrics"][metric]
+
+
+def at_choice(run: Mapping, task: Mapping) -> bool:
+    """Whether ``run`` is one of the seeds at the task summary's chosen lr (and epoch, where one is chosen)."""
+    return run["lr"] == task["best_lr"] and run.get("epoch") == task.get("best_epoch")
+
+
+def _best(grid: Mapping[Any, Mapping[str, float]]) -> Any:
+    # max keeps the first of equal means; a NaN mean (a cell written before constant predictions
+    # scored 0) never wins over a number
+    return max(grid, key=lambda k: grid[k]["mean"] if np.isfinite(grid[k]["mean"]) else -np.inf)
+
+
 def summarize(runs: Sequence[Mapping], primary: Mapping[str, str], select_on: Mapping[str, str]) -> dict:
     """Per evaluation name: metric, best lr (chosen on ``select_on[eval]``'s primary metric, mean over
     seeds; ties go to the earlier lr of the grid) and every metric's mean ± std at that lr.
 
+    Runs scored at several epochs (``"epoch"``) are chosen over (lr, epoch), ties to the earlier; runs that
+    carry a held-out training split's score (``"selection"``) are chosen by it (``choice_score``), and the
+    summary says so under ``"selection"``: dev is then reported at a choice it took no part in.
     ``primary``: eval name -> metric name; ``select_on``: eval name -> eval name that picks its lr.
     """
-    by_eval: dict[str, dict[float, list[Mapping]]] = {}
+    by_eval: dict[str, dict[tuple, list[Mapping]]] = {}
     for r in runs:
-        by_eval.setdefault(r["eval"], {}).setdefault(r["lr"], []).append(r)
+        by_eval.setdefault(r["eval"], {}).setdefault((r["lr"], r.get("epoch")), []).append(r)
     out: dict[str, Any] = {}
-    for name, by_lr in by_eval.items():
+    for name, by_key in by_eval.items():
         chooser = select_on.get(name, name)
         metric = primary[chooser]
-        grid = {lr: _mean_std([r["metrics"][metric] for r in rs]) for lr, rs in by_eval[chooser].items()}
-        # max keeps the first of equal means; a NaN mean (a cell written before constant predictions
-        # scored 0) never wins over a number
-        best_lr = max(grid, key=lambda lr: grid[lr]["mean"] if np.isfinite(grid[lr]["mean"]) else -np.inf)
-        best_runs = by_lr[best_lr]
+        grid = {key: _mean_std([choice_score(r, metric) for r in rs]) for key, rs in by_eval[chooser].items()}
+        best_lr, best_epoch = best = _best(grid)
+        best_runs = by_key[best]
         metric_names = sorted(best_runs[0]["metrics"])
+        per_lr = {}  # each lr at its own best epoch (by the same choice)
+        for lr in dict.fromkeys(k[0] for k in by_key):
+            key = _best({k: v for k, v in grid.items() if k[0] == lr and k in by_key})
+            per_lr[f"{lr:g}"] = _mean_std([r["metrics"][primary[name]] for r in by_key[key]])
         out[name] = {
             "metric": primary[name],
             "best_lr": best_lr,
+            **({"best_epoch": best_epoch} if best_epoch is not None else {}),
             **_mean_std([r["metrics"][primary[name]] for r in best_runs]),
             "seeds": [r["seed"] for r in best_runs],
             "metrics": {m: _mean_std([r["metrics"][m] for r in best_runs]) for m in metric_names},
-            "by_lr": {f"{lr:g}": _mean_std([r["metrics"][primary[name]] for r in rs]) for lr, rs in by_lr.items()},
+            "by_lr": per_lr,
         }
+        held = best_runs[0].get("selection")
+        if held:
+            out[name]["selection"] = {"metric": metric, "n": held["n"], **grid[best]}
     return out
 
 
@@ -67,11 +94,17 @@ def markdown_report(results: Mapping) -> str:
                 f"{m} {_fmt(v['mean'])} ± {_fmt(v['std'])}" for m, v in t["metrics"].items() if m != t["metric"]
             )
             lr = f"{t['best_lr']:g}" if t.get("best_lr") is not None else "-"
+            lr += f" (epoch {t['best_epoch']:g})" if t.get("best_epoch") is not None else ""
             lines.append(
                 f"| {name} | {t['metric']} | {lr} | {_fmt(t['mean'])} ± {_fmt(t['std'])} "
                 f"| {len(t.get('seeds', []))} | {others} |"
             )
         lines.append("")
+        held = [f"{name} on {t['selection']['n']} training examples held out ({t['selection']['metric']} "
+                f"{_fmt(t['selection']['mean'])})" for name, t in tasks.items() if t.get("selection")]
+        if held:
+            lines += ["lr and epoch chosen on a held-out part of train.tsv, never trained on; dev is reported at that "
+                      "choice only: " + "; ".join(held) + ".", ""]
     curve = results.get("curve") or []
     if curve:
         lines += ["| step | checkpoint | MLM acc | MLM perplexity | NSP acc | masked tokens |", "|---|---|---|---|---|---|"]

@@ -55,6 +55,8 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
         for t in tasks + ["avg"]:
             v = row["tasks"][t] if t != "avg" else row["glue_average"]
             assert math.isfinite(v["mean"]) and math.isfinite(v["std"]) and v["std"] >= 0, (row["name"], t, v)
+        # select_on train_split: lr and epoch chosen on 16 held-out training examples, dev reported at the choice
+        assert all(row["tasks"][t]["selection"]["n"] == 16 and row["tasks"][t]["best_epoch"] > 0 for t in tasks)
     pre, rnd, mini = comp["rows"]
     assert pre["model_path"] == rnd["model_path"] and rnd["random_init"] and not pre["random_init"]
     for row in (pre, rnd):  # held-out MLM and NSP on the same held-out instances
@@ -79,6 +81,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     # Zero-shot STS-B per row (a random init: over its seeds' weights) and the Welch table per task
     assert [r["zero_shot_stsb"]["n"] for r in comp["rows"]] == [1, 3, 1]  # a random init: STS-B's seeds
     assert all(-1 <= v <= 1 for r in comp["rows"] for v in r["zero_shot_stsb"]["values"])
+    assert "chosen on 10 % of each task's training examples (at most 16), held out and never trained on" in md
     assert "| model | zero-shot STS-B |" in md and f"{PRETRAINED} minus {RANDOM}, dev metric x100" in md
     assert set(comp["differences"][f"{PRETRAINED} minus {RANDOM}"]) == set(tasks) | {"GLUE avg"}
     # The learning curve of the smoke overlay: SST-2 at 8 and 16 examples for every row, 16 deciding
