@@ -49,6 +49,12 @@ def record_status(out: str, kind: str, config_hash: str, inputs_key: str, inputs
     return Status("done", "complete", inputs)
 
 
+def another_config(out: str, kind: str, config_hash: str, ours: str) -> UserError:
+    """The one line refusing an output location whose manifest is another config's (or another kind's)."""
+    return UserError(f"{out}: holds another config's data (kind {kind}, config hash {config_hash} != {ours}); "
+                     "use another output_dir or delete it")
+
+
 @contextmanager
 def staged(out: str) -> Iterator[Path]:
     """The local directory to write ``out``'s files in: ``out`` itself for a local directory, else a

@@ -39,7 +39,7 @@ from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry
 from contracts.stage import WORK, StageDir
 from contracts.storage import is_uri
 from data_jobs.config import MixConfig
-from data_jobs.job_output import fetched, join, publish, record_status, staged
+from data_jobs.job_output import another_config, fetched, join, publish, record_status, staged
 
 # What every source must share with the first: a training batch mixes their rows freely.
 SHARED = ("max_seq_length", "max_predictions_per_seq", "length_bin_size", "sentence_task")
@@ -188,8 +188,7 @@ def _run_locked(cfg: MixConfig, manifests: list[Manifest], input_hash: str) -> M
     state = _status(cfg, input_hash, deep=True)
     if state.reason == "config differs":
         m = Manifest.read(out)
-        raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
-                        f"!= {cfg.config_hash()}); use another output_dir or delete it")
+        raise another_config(out, m.kind, m.config_hash, cfg.config_hash())
     if not state.fresh:
         print(state.line("mix") + f": {out}", file=sys.stderr)
     if state.done:

@@ -32,7 +32,7 @@ from contracts.schema import MANIFEST_NAME, Manifest, file_entry
 from contracts.stage import StageDir
 from contracts.storage import is_uri
 from data_jobs.config import VocabConfig
-from data_jobs.job_output import join, local_copy, publish, record_status, staged
+from data_jobs.job_output import another_config, join, local_copy, publish, record_status, staged
 from data_jobs.tokenization import VOCAB_FILE, vocab_hash, vocab_info
 
 
@@ -135,8 +135,7 @@ def _run_locked(cfg: VocabConfig, out: str, source: str) -> Manifest:
     state = _status(cfg, source, deep=True)
     if state.reason == "config differs":
         m = Manifest.read(out)
-        raise UserError(f"{out}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
-                        f"!= {cfg.config_hash()}); use another output_dir or delete it")
+        raise another_config(out, m.kind, m.config_hash, cfg.config_hash())
     if not state.fresh:
         print(state.line("vocab") + f": {out}", file=sys.stderr)
     if state.done:
