@@ -121,6 +121,22 @@ class VocabConfig(StrictModel):
         return self
 
 
+def source_weights(v: dict[str, float]) -> dict[str, float]:
+    """``source_weights`` as every config holds it: keys without leading or trailing slashes, sorted; each
+    weight in [0, 100]; a key given twice (``wiki`` and ``wiki/``) refused."""
+    out = {}
+    for key, w in v.items():
+        name = str(key).strip("/")
+        if not name:
+            raise ValueError("a source_weights key names a source or folder (relative to the corpus root)")
+        if not (0 <= w <= 100):  # NaN fails too
+            raise ValueError(f"source_weights[{key!r}]: a weight is between 0 and 100, got {w}")
+        if name in out:
+            raise ValueError(f"source_weights: {key!r} is given twice")
+        out[name] = float(w)
+    return dict(sorted(out.items()))
+
+
 class InstancesConfig(RayOptions):
     """Document shards -> static MLM/NSP instances, as Google's create_pretraining_data.py makes them."""
 
@@ -156,9 +172,19 @@ class InstancesConfig(RayOptions):
     split: Literal["train", "heldout"] = Field(
         "train", description="which side of heldout_shards to make instances from (random-next B too)"
     )
+    source_weights: dict[str, float] = Field(
+        default_factory=dict, description="weight per source (an input file or a folder of them, named relative "
+        "to the corpus root as the documents' source column has it, e.g. {wikipedia: 2, books: 1}): a document "
+        "of weight w takes part in w x dupe_factor rounds (the fraction drawn per document from the seed); "
+        "0 leaves a source out; unnamed sources keep 1 (data_jobs/source_weights.py)"
+    )
+
+    later_defaults = {"source_weights": {}}
 
     _absolute_paths = field_validator("shards_dir", "vocab_dir", "output_dir")(
         classmethod(lambda cls, v: absolute(v)))
+
+    _source_weights = field_validator("source_weights")(classmethod(lambda cls, v: source_weights(v)))
 
     @model_validator(mode="after")
     def _split_needs_heldout(self) -> "InstancesConfig":

@@ -343,6 +343,7 @@ class ShardContext:
     seed: int
     shard: int
     is_cont_V: np.ndarray | None = None  # whole-word masking: True for ## pieces
+    passes_D: np.ndarray | None = None  # source weights: rounds each document takes part in (None: every round)
     all_ids_T: np.ndarray = field(init=False)
     pool: Pool | None = field(init=False)
     special_base: int = field(init=False)
@@ -370,11 +371,12 @@ def round_pairs(ctx: ShardContext, round_index: int) -> tuple[list[Pair], int, i
     sent_off = d.sent_off_S1.tolist()
     doc_off = d.doc_sent_off_D1.tolist()
     keys = d.doc_keys_D.tolist()
+    passes = None if ctx.passes_D is None else ctx.passes_D.tolist()
     pairs: list[Pair] = []
     n_docs = n_short = n_short_pairs = 0
     for doc in range(d.num_docs):
         s_lo, s_hi = doc_off[doc], doc_off[doc + 1]
-        if s_hi == s_lo:
+        if s_hi == s_lo or (passes is not None and round_index >= passes[doc]):
             continue
         rng = random.Random(derive_seed(ctx.seed, ctx.shard, round_index, doc))
         got, short = document_pairs(sent_off[s_lo:s_hi + 1], keys[doc], ctx.pool, ctx.params, rng)

@@ -35,8 +35,8 @@ import numpy as np
 
 from contracts.common import NO_OUTPUT, Status, UserError, config_from_args, config_parser, run_main, stable_hash
 from data_jobs.config import InstancesConfig
-from data_jobs.job_output import fetched, join, kept_copy, publish, staged, write_json
-from data_jobs.shard_read import read_documents, read_flat
+from data_jobs.job_output import another_config, fetched, join, kept_copy, publish, staged, write_json
+from data_jobs.shard_read import read_documents, read_flat, read_sources
 from contracts.schema import MANIFEST_NAME, FileEntry, Manifest, file_entry, instances_schema
 from contracts.stage import StageDir, Storage, store_for
 from contracts.storage import is_uri, location
@@ -82,14 +82,20 @@ def _cached_tokenizer(vocab_file: str, lowercase: bool, mtime_ns: int, size: int
 
 
 def build_pool_part(shard_path: str, shard: int, num_rows: int, per_shard: int, seed: int,
-                    max_seq_length: int, vocab_file: str, lowercase: bool, shard_expect=None, vocab_expect=None):
-    """This shard's contribution to the random-next pool: a seeded sample of its documents. A path may
-    be an object-store URI, fetched and checked against its ``*_expect`` (bytes, sha256)."""
+                    max_seq_length: int, vocab_file: str, lowercase: bool, shard_expect=None, vocab_expect=None,
+                    source_weights: dict | None = None):
+    """This shard's contribution to the random-next pool: a seeded sample of its documents (of the sources
+    whose weight is not 0). A path may be an object-store URI, fetched and checked against its ``*_expect``
+    (bytes, sha256)."""
     from data_jobs.instances import derive_seed, pool_sample
+    from data_jobs.source_weights import weight_of
 
     rng = random.Random(derive_seed(seed, "pool", shard))
-    rows = sorted(rng.sample(range(num_rows), min(per_shard, num_rows)))
     with fetched(shard_path, shard_expect) as local:
+        candidates: Sequence[int] = range(num_rows)
+        if source_weights and any(w == 0 for w in source_weights.values()):
+            candidates = [r for r, src in enumerate(read_sources(str(local))) if weight_of(src, source_weights) > 0]
+        rows = sorted(rng.sample(candidates, min(per_shard, len(candidates))))
         docs = read_documents(str(local), rows)
     tok = _tokenizer(str(kept_copy(vocab_file, vocab_expect) if vocab_expect else vocab_file), lowercase)
     region_chars = POOL_REGION_CHARS_PER_TOKEN * POOL_WINDOW_FACTOR * max_seq_length
@@ -107,18 +113,26 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     cfg = InstancesConfig.model_validate(cfg_json)
     with fetched(shard_path, (expect or {}).get(shard_path)) as local:
         sentences, per_doc = read_flat(str(local))
+        sources = read_sources(str(local)) if cfg.source_weights else None
     local = kept_copy(vocab["vocab_file"], vocab["expect"]) if vocab["expect"] else Path(vocab["vocab_file"])
     tok = _tokenizer(str(local), vocab["lowercase"])
     words = read_vocab(local) if cfg.whole_word_masking else None
-    td = tokenize_flat(tok, sentences, per_doc, [(shard << 32) | i for i in range(len(per_doc))])  # once, for all rounds
+    doc_keys = [(shard << 32) | i for i in range(len(per_doc))]
+    td = tokenize_flat(tok, sentences, per_doc, doc_keys)  # once, for all rounds
     del sentences
+    passes = by_source = None
+    if sources is not None:  # source_weights: rounds per document (data_jobs.source_weights)
+        from data_jobs.source_weights import counts_by_key, document_passes
+
+        passes = document_passes(sources, doc_keys, cfg.source_weights, cfg.dupe_factor, cfg.seed)
+        by_source = counts_by_key(sources, passes, cfg.source_weights)
     is_cont = None
     if cfg.whole_word_masking:
         is_cont = np.array([t.startswith("##") for t in words])
     ctx = ShardContext(
         td, pool, PairParams(cfg.max_seq_length, cfg.short_seq_prob, cfg.sentence_task), cfg.masked_lm_prob,
         cfg.max_predictions_per_seq, vocab["vocab_size"], vocab["cls_id"], vocab["sep_id"], vocab["mask_id"],
-        cfg.seed, shard, is_cont,
+        cfg.seed, shard, is_cont, passes,
     )
     # In place for a local output; on node-local scratch, then uploaded, for an object store (s3://).
     with staged(out_dir) as work:
@@ -128,6 +142,7 @@ def process_shard(shard_path: str, shard: int, pool, cfg_json: dict, vocab: dict
     # "worker" is diagnostics (the benchmark reads it); nothing downstream depends on it.
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {"key": key, "shard": shard, "documents": td.num_docs, "files": files, "stats": stats,
+              **({"by_source": by_source} if by_source is not None else {}),
               "worker": {"peak_rss_mb": round(peak_mb, 1), "cpu_s": round(time.process_time() - cpu0, 3)}}
     write_json(out_dir, done_name(shard), record)  # after the files it vouches for
     return record
@@ -157,7 +172,8 @@ def _write_rounds(ctx, cfg: InstancesConfig, schema, out: Path, shard: int) -> t
     writers: dict[int, Any] = {}
     with ExitStack() as stack:
         try:
-            for r in range(cfg.dupe_factor):
+            rounds = cfg.dupe_factor if ctx.passes_D is None else int(ctx.passes_D.max(initial=0))
+            for r in range(rounds):
                 table, len_N, round_stats = round_table(ctx, r, cfg.length_bin_size)
                 stats = merge_stats(stats, round_stats)
                 for upper, first, n in bin_slices(len_N, cfg.length_bin_size, cfg.max_seq_length):
@@ -210,8 +226,7 @@ def _check_output(store: Storage, cfg: InstancesConfig) -> Manifest | None:
         return None
     m = Manifest.read(store.where)
     if m.kind != "instances" or m.config_hash != cfg.config_hash():
-        raise UserError(f"{store.where}: holds another config's data (kind {m.kind}, config hash {m.config_hash} "
-                        f"!= {cfg.config_hash()}); use another output_dir or delete it")
+        raise another_config(store.where, m.kind, m.config_hash, cfg.config_hash())
     return m  # made from other inputs (documents or vocab): redone in place
 
 
@@ -303,7 +318,14 @@ def _stage(out: str) -> StageDir:
 
 def run(cfg: InstancesConfig) -> Manifest:
     """Make the instances dataset of ``cfg`` (or return it untouched if already complete and valid)."""
-    _, shard_files, input_hash = _load_shards(cfg.shards_dir)
+    docs_manifest, shard_files, input_hash = _load_shards(cfg.shards_dir)
+    if cfg.source_weights:  # a key naming no source is a typo, refused before any work
+        from data_jobs.source_weights import check_keys
+
+        inputs = docs_manifest.stats.get("inputs") or []  # [source, size, mtime, sha256] per input file
+        sources = [r[0] for r in inputs if isinstance(r, list) and r and isinstance(r[0], str)]
+        if sources:  # a dataset that does not list its inputs cannot be checked
+            check_keys(cfg.source_weights, sources, f"{cfg.shards_dir}/{MANIFEST_NAME}")
     shard_files = _select_split(shard_files, cfg)
     if not any(f.rows for f in shard_files):
         # Every document was dropped or skipped by the shard job: its manifest says why.
@@ -386,6 +408,11 @@ def _write_manifest(cfg: InstancesConfig, vocab: VocabInfo, records: dict[int, d
         "dupe_factor": cfg.dupe_factor, "whole_word_masking": cfg.whole_word_masking,
         "sentence_task": cfg.sentence_task, "length_bin_size": cfg.length_bin_size, "input_hash": input_hash,
     }
+    if cfg.source_weights:  # the mixture made: per key, documents and the rounds they took part in
+        from data_jobs.source_weights import merge_counts
+
+        totals["source_weights"] = dict(cfg.source_weights)
+        totals["by_source"] = merge_counts([records[s].get("by_source") or {} for s in sorted(records)])
     manifest = Manifest(
         kind="instances", config=cfg.model_dump(mode="json"), config_hash=cfg.config_hash(),
         vocab_hash=vocab.vocab_hash, files=sorted(files, key=lambda f: f["name"]), totals=totals,
@@ -411,7 +438,8 @@ def _run_shards(cfg, vocab: VocabInfo, shard_paths, shard_files, todo, key, out:
         if cfg.sentence_task == "nsp":
             per_shard = math.ceil(cfg.random_pool_docs / len(shard_paths))
             calls = [(p, s, shard_files[s].rows, per_shard, cfg.seed, cfg.max_seq_length, str(vocab.vocab_file),
-                      vocab.lowercase, (expect or {}).get(p), vocab.vocab_expect) for s, p in enumerate(shard_paths)]
+                      vocab.lowercase, (expect or {}).get(p), vocab.vocab_expect, cfg.source_weights or None)
+                     for s, p in enumerate(shard_paths)]
             pool = concat_docs(w.map(build_pool_part, calls, desc="random-next pool", where="instances worker",
                                      unit="shard"))
             if not pool.num_docs:

@@ -50,6 +50,17 @@ def read_flat(path: str, rows: list[int] | None = None) -> tuple[list[str], list
     return sentences, per_doc_N.tolist()
 
 
+def read_sources(path: str) -> list[str]:
+    """The ``source`` of every document of a shard, in row order."""
+    import pyarrow.parquet as pq
+
+    try:
+        col = pq.ParquetFile(path).read(columns=["source"]).column("source")
+    except Exception as err:  # pyarrow raises several types for a corrupt file
+        raise UserError(f"{path}: cannot read document shard: {str(err).splitlines()[0]}") from None
+    return [s or "" for s in col.to_pylist()]
+
+
 def _valid(arr) -> np.ndarray:
     """Arrow validity bitmap as 0/1 per slot (no pyarrow.compute)."""
     bitmap = arr.buffers()[0]

@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from bert_core.train_config import TrainConfig
 from contracts.common import StrictModel, UserError, build_config, load_yaml, stable_hash
 from contracts.storage import is_uri
-from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig
+from data_jobs.config import InstancesConfig, ShardConfig, VocabConfig, source_weights
 from evaluation.config import GlueConfig, IntrinsicConfig, NerConfig, SquadConfig
 from flows.specs import complete, spec_of
 
@@ -85,8 +85,16 @@ class PipelineConfig(StrictModel):
     shard: ShardSpec = Field(..., description="raw text -> document shards")
     vocab: VocabSpec = Field(default_factory=VocabSpec, description="WordPiece vocab (trained or adopted)")
     phases: list[PhaseSpec] = Field(..., min_length=1, max_length=4, description="pretraining phases, in order")
+    source_weights: dict[str, float] = Field(
+        default_factory=dict, description="sources by weight in every phase's instances (a phase's own "
+        "instances.source_weights wins), e.g. {wikipedia_mlperf: 2, gutenberg: 1}: keys name an input file or "
+        "folder relative to the corpus root; see data_jobs/source_weights.py"
+    )
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="evaluations of the final model")
     orchestration: Orchestration = Field(default_factory=Orchestration, description="retries, Ray Jobs")
+
+    later_defaults = {"source_weights": {}}
+    _source_weights = field_validator("source_weights")(classmethod(lambda cls, v: source_weights(v)))
 
     @model_validator(mode="after")
     def _unique_phases(self) -> "PipelineConfig":
@@ -167,6 +175,14 @@ def _named(root: Where, kind: str, model: type, spec: BaseModel, prefix: str = "
     return out, complete(model, spec, f"{kind} config", output_dir=str(out), **abs_wiring)
 
 
+def _weighted(spec: BaseModel, cfg: PipelineConfig) -> BaseModel:
+    """A phase's instances spec with the pipeline's ``source_weights`` unless it names its own; validated
+    as the field's own validator would (keys without trailing slashes, sorted)."""
+    if not cfg.source_weights or spec.source_weights:
+        return spec
+    return type(spec).model_validate({**spec.model_dump(), "source_weights": cfg.source_weights})
+
+
 def make_plan(cfg: PipelineConfig) -> Plan:
     root: Where = cfg.output_root.rstrip("/") if is_uri(cfg.output_root) else Path(cfg.output_root).expanduser().resolve()
     docs_dir, shard = _named(root, "documents", ShardConfig, cfg.shard)
@@ -177,7 +193,8 @@ def make_plan(cfg: PipelineConfig) -> Plan:
     # Held-out documents: the last shards (a hash-random sample of documents) stay out of training.
     hold = ev.heldout_shards if ev.intrinsic is not None else 0
     for phase in cfg.phases:
-        spec = phase.instances.model_copy(update={"heldout_shards": hold, "split": "train"}) if hold else phase.instances
+        spec = _weighted(phase.instances, cfg)
+        spec = spec.model_copy(update={"heldout_shards": hold, "split": "train"}) if hold else spec
         inst_dir, instances[phase.name] = _named(
             root, "instances", InstancesConfig, spec, f"{phase.name}-", shards_dir=docs_dir, vocab_dir=vocab_dir
         )
@@ -193,7 +210,7 @@ def make_plan(cfg: PipelineConfig) -> Plan:
         # Held-out instances: the last phase's recipe on the held-out shards (or, with heldout_shards=0,
         # on the training documents), with another seed: fresh masks and sentence pairs.
         update = {"seed": ev.heldout_seed, **({"heldout_shards": hold, "split": "heldout"} if hold else {})}
-        last = cfg.phases[-1].instances.model_copy(update=update)
+        last = _weighted(cfg.phases[-1].instances, cfg).model_copy(update=update)  # the mixture's held-out side
         held_dir, heldout = _named(
             root, "instances", InstancesConfig, last, "heldout-", shards_dir=docs_dir, vocab_dir=vocab_dir
         )

@@ -16,7 +16,7 @@ GENERATED = {
     ("train",): TrainConfig, ("eval", "glue"): GlueConfig, ("eval", "squad"): SquadConfig,
     ("eval", "ner"): NerConfig, ("eval", "intrinsic"): IntrinsicConfig,
 }
-SET_IN_YAML = {"model_overrides"}  # mappings
+SET_IN_YAML = {"model_overrides", "source_weights"}  # mappings
 
 
 def _help(capsys, argv) -> str:
