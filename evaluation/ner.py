@@ -107,6 +107,18 @@ def encode_sentences(tok, sentences: Sequence[Sentence], labels: Sequence[str], 
     return data, first_pieces
 
 
+def training_rows(data: dict, path: str | Path) -> tuple[dict, int]:
+    """The encoded training rows that carry a label, and how many carry none: rows whose every word the
+    tokenizer drops whole (control or zero-width characters, a lone combining accent). They teach nothing,
+    and a batch of only such rows has no loss (cross-entropy over no token is NaN). ``path``: the training
+    file, named in the error when no row is left."""
+    keep = (data["labels"] != IGNORE).any(1)
+    if not keep.any():
+        raise UserError(f"{path}: no training sentence has a word the tokenizer keeps (all control or "
+                        "zero-width characters?)")
+    return {k: v[keep] for k, v in data.items()}, int((~keep).sum())
+
+
 def tags_from_token_logits(logits: Sequence, first_pieces: Sequence[list[int]], labels: Sequence[str]) -> list[list[str]]:
     """Per word: the argmax tag at its first piece ("O" for words truncated away)."""
     out = []

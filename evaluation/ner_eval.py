@@ -43,12 +43,14 @@ def _finetune(cfg: NerConfig, lr: float, seed: int, train, scored, labels, devic
     model, _, vocab = build_head(cfg, BertForTokenClassification, seed, num_labels=len(labels))
     tok = bert_tokenizer(vocab, cfg.lowercase)
     train_data, _ = ner.encode_sentences(tok, train, labels, cfg.max_seq_length)
+    train_data, n_unlabelled = ner.training_rows(train_data, local_view(cfg.conll_dir) / "train.txt")
     seed_all(seed)
     stats = fit(model, train_data, lambda m, b: token_classification_loss(m(**forward_inputs(b)), b["labels"]),
                 cfg, lr, seed, device, progress=_progress(cfg))
     eval_data, first = ner.encode_sentences(tok, scored, labels, cfg.max_seq_length)
     outs = predict(model, eval_data, lambda m, b: m(**forward_inputs(b)), cfg.eval_batch_size, device,
                    cfg.precision)
+    stats["n_train_unlabelled"] = n_unlabelled  # training sentences left out: no word the tokenizer keeps
     return ner.tags_from_token_logits([row for o in outs for row in o], first, labels), stats
 
 

@@ -90,6 +90,28 @@ def test_ner_both_variants(tiny_hf, shared_data, tmp_path):
         run_ner(bad)
 
 
+def test_ner_training_sentence_the_tokenizer_drops_whole(tiny_hf, tmp_path):
+    """Found by tests/evaluation/test_fuzz_eval_readers.py::test_conll_to_model_inputs: a training sentence
+    of only zero-width or control characters encoded to a row with no label, and a batch of it stopped the
+    fine-tune with "loss became nan ... (lr too high?)". It is now left out and counted; a training file of
+    nothing else is one line naming it."""
+    from contracts.common import UserError
+    from evaluation.ner_eval import ner_job
+
+    (tmp_path / "train.txt").write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"
+                                        "\u200b NNP B-NP O\n\x00 NNP B-NP O\n\n")  # nothing the tokenizer keeps
+    (tmp_path / "valid.txt").write_text("EU NNP B-NP B-ORG\n\u200b NNP B-NP O\n")
+    cfg = NerConfig(model_path=str(tiny_hf), conll_dir=str(tmp_path), output_dir=str(tmp_path / "out"),
+                    use_ray=False, max_seq_length=8, learning_rates=[1e-3], **{**QUICK, "batch_size": 1})
+    run = ner_job(cfg.model_dump(mode="json"), "finetune", 1e-3, 1)
+    assert run["n_train"] == 2 and run["n_train_unlabelled"] == 1 and run["steps"] == 1
+    (tmp_path / "train.txt").write_text("\u200b NNP B-NP O\n\n\u202e NNP B-NP O\n")
+    (tmp_path / "valid.txt").write_text("EU NNP B-NP O\n")
+    with pytest.raises(UserError, match=r"train\.txt: no training sentence has a word the tokenizer keeps") as err:
+        ner_job(cfg.model_dump(mode="json"), "finetune", 1e-3, 1)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.ray
 def test_intrinsic_curve_over_checkpoints(ray_local, pretrain_run, tmp_path):
     from evaluation.intrinsic import run_intrinsic

@@ -6,7 +6,8 @@ exception. These readers skip nothing: a damaged record is an error for the whol
 drop. So **conservation** is exact: every record the generator wrote is one parsed record (GLUE rows,
 SQuAD questions, CoNLL sentences; ``-DOCSTART-`` and blank lines are not records), and a file written
 clean must parse. "Valid" means what the jobs use next works: SQuAD answers sit in their context and make
-training features; GLUE labels are class ids or finite scores; CoNLL tags are IOB2. Settings:
+training features; GLUE labels are class ids or finite scores; CoNLL tags are IOB2, and CoNLL sentences
+become the NER jobs' model inputs word for word (test_conll_to_model_inputs). Settings:
 tests/fuzz_settings.py; found failures are kept as ``@example``s or plain tests.
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given
+import torch
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from contracts.common import UserError
@@ -330,3 +332,191 @@ def test_conll_splits_tags_unknown_to_training(tmp_path_factory, train, scored):
         assert "\n" not in str(err) and str(d) in str(err), str(err)
         return
     assert labels[0] == "O" and {t for s in [*train_s, *scored_s] for t in s.tags} <= set(labels)
+
+
+# --- CoNLL into model inputs --------------------------------------------------------------------------
+# What the NER jobs do with what read_conll returns (evaluation/ner_eval.py): label map, first-piece
+# alignment under the real bert-base-uncased WordPiece tokenizer with truncation at max_seq_length, the
+# word predictions read back at the first pieces, seqeval scoring, and the feature-based path (hidden
+# states at first pieces, word-level padding, the BiLSTM). Words include ones the tokenizer drops whole
+# (control and zero-width characters, a lone combining accent), ones that become [UNK] (an emoji, a word
+# over 100 characters), ones of many pieces, and tags in any IOB2 order (I- with no B- before it).
+
+NER_WORDS = ["EU", "rejects", "German", ".", "Zoë", "漢字", "'s", "1996-08-22", "U.S.", "...", "Straße", "İstanbul",
+             "ﬁne", "naïve", "🙂", "x" * 150, "antidisestablishmentarianism" * 3, "a\u200bb", "\u200b", "\u202e",
+             "\x00", "\x7f", "\ufeff", "\u0301", "\ufffd", "\u200b\u0301"]  # the last 8: no word pieces at all
+NER_TAGS = ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-MISC", "B-ORG", "I-ORG", "B-x", "I-x"]
+
+
+def ner_sentences(tags: list[str], max_size: int) -> st.SearchStrategy:
+    word = st.tuples(st.sampled_from(NER_WORDS), st.sampled_from(tags))
+    return st.lists(st.lists(word, min_size=1, max_size=12), min_size=1, max_size=max_size)
+
+
+@st.composite
+def ner_splits(draw):
+    """(train, scored) sentences as (word, tag) lists; scored mostly uses the training tags (one in ten
+    draws any tag, which load_splits must refuse when training lacks it)."""
+    train = draw(ner_sentences(NER_TAGS, 4))
+    known = sorted({t for s in train for _, t in s})
+    return train, draw(ner_sentences(known if draw(st.integers(0, 9)) else NER_TAGS, 3))
+
+
+def conll_text(sentences) -> str:
+    body = "".join("".join(f"{w} NNP B-NP {t}\n" for w, t in s) + "\n" for s in sentences)
+    return "-DOCSTART- -X- -X- O\n\n" + body  # (a first word U+FEFF would read as a byte-order mark)
+
+
+@pytest.fixture(scope="module")
+def uncased_tok(bert_uncased_vocab):
+    return bert_tokenizer(str(bert_uncased_vocab), lowercase=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder():
+    from bert_core.config import preset
+    from bert_core.model import BertModel
+
+    torch.manual_seed(0)
+    return BertModel(preset("tiny", vocab_size=30522, max_position_embeddings=64), add_pooling_layer=False).eval()
+
+
+def n_pieces(tok, word: str) -> int:
+    return len(tok.encode([word], is_pretokenized=True, add_special_tokens=False).ids)
+
+
+@pytest.mark.shared_data
+@given(splits=ner_splits(), max_len=st.sampled_from([8, 9, 12, 16, 32]))
+@fuzz(150)
+@example(splits=([[("\u200b", "O")]], [[("EU", "O")]]), max_len=8)  # found: a training row with no label, so
+# a batch of it had a NaN loss ("loss became nan ... lr too high?"); now left out, or one line naming train.txt
+@example(splits=([[("EU", "B-ORG")], [("\x00", "O"), ("\u0301", "B-ORG")]], [[("\u200b", "B-ORG")]]), max_len=8)
+def test_conll_to_model_inputs(tmp_path_factory, uncased_tok, tiny_encoder, splits, max_len):
+    """Every sentence read becomes one encoded row. Every word is either encoded at exactly the position
+    its pieces give it (computed here word by word), its first piece labelled with its own tag (label ids
+    map back to the tag; later pieces, specials and padding ignored), or lost for one reason: "no word
+    pieces" or "truncated" (then so is every later word that has pieces); the three counts add up to the
+    words read. Training keeps the rows that carry a label and counts the rest (a batch of only unlabelled
+    rows has a NaN loss). Perfect logits at the first pieces predict every kept word's tag and "O" for a
+    lost one, scored against all the gold tags. The feature path takes each kept word's hidden state at
+    its first piece (zeros for a lost word), pads words with their tags, and the packed BiLSTM gives a
+    sentence the same outputs alone as in a padded batch. Nothing raises but one UserError line naming
+    the file."""
+    from bert_core.losses import token_classification_loss
+    from evaluation.config import NerConfig
+    from evaluation.metrics import ner_metrics
+    from evaluation.ner_eval import load_splits
+
+    train, scored = splits
+    torch.set_num_threads(1)  # tiny tensors; threads only wait on a busy machine (tests/conftest.py restores)
+    tok = uncased_tok
+    d = tmp_path_factory.mktemp("conll")
+    (d / "train.txt").write_text(conll_text(train), encoding="utf-8")
+    (d / "valid.txt").write_text(conll_text(scored), encoding="utf-8")
+    cfg = NerConfig(model_path=str(d / "m"), output_dir=str(d / "out"), conll_dir=str(d), max_seq_length=max_len)
+    try:
+        train_s, scored_s, labels = load_splits(cfg)
+    except UserError as err:
+        assert "\n" not in str(err) and str(d) in str(err), str(err)
+        assert {t for s in scored for _, t in s} - {t for s in train for _, t in s}, f"clean files refused: {err}"
+        event("scored tags unknown to training")
+        return
+    assert [list(zip(s.words, s.tags)) for s in train_s] == [list(s) for s in train]  # conservation: read
+    assert [list(zip(s.words, s.tags)) for s in scored_s] == [list(s) for s in scored]
+    assert labels[0] == "O" and len(set(labels)) == len(labels) and all(ner._TAG.match(t) for t in labels)
+
+    cls, sep, pad = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+    for sents in (train_s, scored_s):
+        data, first = ner.encode_sentences(tok, sents, labels, max_len)
+        assert len(first) == len(sents) and all(v.shape == (len(sents), max_len) for v in data.values())
+        fates = {"encoded": 0, "no word pieces": 0, "truncated": 0}
+        for i, s in enumerate(sents):
+            ids, mask, row = (data[k][i].tolist() for k in ("input_ids", "attention_mask", "labels"))
+            n_real = sum(mask)
+            assert ids[0] == cls and ids[n_real - 1] == sep and set(ids[n_real:]) <= {pad}
+            assert mask[:n_real] == [1] * n_real
+            assert set(data["token_type_ids"][i].tolist()) == {0}
+            used, truncated_from = 0, None
+            for w, word in enumerate(s.words):
+                pieces = n_pieces(tok, word)
+                if pieces == 0:
+                    fate, want = "no word pieces", -1
+                elif 1 + used < max_len - 1:
+                    fate, want = "encoded", 1 + used
+                else:
+                    fate, want = "truncated", -1
+                    truncated_from = w if truncated_from is None else truncated_from
+                assert truncated_from is None or fate != "encoded", (s, w)  # truncation cuts a suffix
+                used += pieces
+                fates[fate] += 1
+                assert first[i][w] == want, (s.words, w, first[i], fate)
+                if want >= 0:
+                    assert labels[row[want]] == s.tags[w]  # label ids round-trip to the word's own tag
+            kept = [p for p in first[i] if p >= 0]
+            assert [p for p, r in enumerate(row) if r != ner.IGNORE] == kept  # the rest is ignored
+            assert n_real == min(max_len, 2 + used)
+        assert sum(fates.values()) == sum(len(s.words) for s in sents)  # conservation: words
+        for fate, n in fates.items():
+            event(f"words {fate}: {'some' if n else 'none'}")
+        if sents is train_s:  # training: rows with no label left out, counted (else a batch may have no loss)
+            empty = sum(all(n_pieces(tok, w) == 0 for w in s.words) for s in sents)
+            try:
+                rows, n_unlabelled = ner.training_rows(data, d / "train.txt")
+            except UserError as err:
+                one_line_naming(err, d / "train.txt")
+                assert empty == len(sents), f"a training file with labelled words refused: {err}"
+                event("no training row left")
+                return
+            assert n_unlabelled == empty and len(rows["labels"]) + n_unlabelled == len(sents)
+            assert all(v.shape == (len(sents) - empty, max_len) for v in rows.values())
+            for i in range(len(rows["labels"])):
+                loss = token_classification_loss(torch.zeros(1, max_len, len(labels)), rows["labels"][i: i + 1])
+                assert torch.isfinite(loss), "a training row with no label: a batch of such rows has no loss"
+
+    # perfect logits at the first pieces: every kept word predicted right, lost words "O", scored honestly
+    data, first = ner.encode_sentences(tok, scored_s, labels, max_len)
+    logits = []
+    for i, s in enumerate(scored_s):
+        l_SC = torch.zeros(max_len, len(labels))
+        for w, p in enumerate(first[i]):
+            if p >= 0:
+                l_SC[p, labels.index(s.tags[w])] = 1.0
+        logits.append(l_SC)
+    pred = ner.tags_from_token_logits(logits, first, labels)
+    gold = [list(s.tags) for s in scored_s]
+    assert [len(p) for p in pred] == [len(g) for g in gold]
+    for p_W, g_W, f_W in zip(pred, gold, first):
+        assert p_W == [g if f >= 0 else "O" for g, f in zip(g_W, f_W)]
+    m = ner_metrics(gold, pred)
+    assert all(0.0 <= v <= 1.0 for v in m.values()), m
+    if pred == gold and any(t != "O" for g in gold for t in g):
+        assert m["f1"] == m["precision"] == m["recall"] == m["token_accuracy"] == 1.0, m
+
+    # the feature-based path: hidden states at first pieces (zeros for lost words), word-level batches
+    feats = ner.layer_features(tiny_encoder, data, first, [0, -1], 2, "cpu")
+    D = tiny_encoder.config.hidden_size
+    with torch.no_grad():
+        emb = tiny_encoder.embeddings(data["input_ids"], data["token_type_ids"])
+    for f_WX, s, f_W, e_SD in zip(feats, scored_s, first, emb):
+        assert f_WX.shape == (len(s.words), 2 * D)
+        for w, p in enumerate(f_W):
+            if p < 0:
+                assert not f_WX[w].any()
+            else:
+                assert torch.allclose(f_WX[w, :D].float(), e_SD[p].half().float())
+    batch = ner.pad_features(feats, scored_s, labels)
+    W = max(len(s.words) for s in scored_s)
+    assert batch["features"].shape == (len(scored_s), W, 2 * D)
+    assert batch["attention_mask"].sum(1).tolist() == [len(s.words) for s in scored_s]
+    for i, s in enumerate(scored_s):
+        row = batch["labels"][i].tolist()
+        assert [labels[r] for r in row[: len(s.words)]] == list(s.tags) and set(row[len(s.words):]) <= {ner.IGNORE}
+    torch.manual_seed(0)
+    tagger = ner.bilstm_tagger(2 * D, 4, 1, len(labels)).eval()
+    with torch.no_grad():
+        out = tagger(batch["features"], batch["attention_mask"])
+        assert out.shape == (len(scored_s), W, len(labels))
+        for i, s in enumerate(scored_s):  # padding never changes a sentence's outputs (packed BiLSTM)
+            n = len(s.words)
+            alone = tagger(batch["features"][i: i + 1, :n], batch["attention_mask"][i: i + 1, :n])
+            assert torch.allclose(alone[0], out[i, :n], atol=1e-5)
