@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from prefect import flow
 from pydantic import Field, model_validator
@@ -52,13 +52,13 @@ from flows.config import (GlueSpec, IntrinsicSpec, InstancesSpec, Orchestration,
                           name_of)
 from flows.gate import GateConfig, GateDecision, decide, gate_table
 from flows.registry import ModelEntry, Registry, registry_markdown
+from flows.snapshots import Pending, inside, pending_folders, pending_new_files, snapshots_in  # noqa: F401
 from flows.specs import complete, spec_of
 
 SnapshotShardSpec = spec_of(ShardConfig, {"output_dir", "inputs", "earlier"}, "SnapshotShardSpec",
                             "Raw text of one snapshot -> document shards (ShardConfig minus the wiring; snapshot "
                             "and earlier are set by the firing).")
 WORD = re.compile(r"\w+")
-SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 FIRINGS = "firings"
 
 
@@ -80,7 +80,11 @@ class ContinualConfig(StrictModel):
     """Continual pretraining: snapshots under ``source`` continue the promoted model, gated."""
 
     source: str = Field(..., min_length=1, description="a directory or object-store prefix whose sub-folders are "
-                        "the snapshots, in name order (e.g. dated folders 2026-12-01, 2026-12-08)")
+                        "the snapshots, in name order (e.g. dated folders 2026-12-01, 2026-12-08); with layout "
+                        "new_files, one flat folder that files land in")
+    layout: Literal["folders", "new_files"] = Field(
+        "folders", description="folders: each sub-folder of source is a snapshot; new_files: the files of source "
+        "that no firing has taken are one new snapshot (flows/snapshots.py)")
     output_root: str = Field("runs/continual", min_length=1, description="every output lands under here")
     registry: Optional[str] = Field(None, description="the model registry (default: <output_root>/registry)")
     shard: SnapshotShardSpec = Field(default_factory=SnapshotShardSpec, description="sharding of each snapshot")
@@ -131,35 +135,6 @@ def _source(cfg: ContinualConfig) -> str:
     return cfg.source.rstrip("/") if is_uri(cfg.source) else str(Path(cfg.source).expanduser().resolve())
 
 
-def inside(out: str, source: str) -> bool:
-    """Whether ``out`` is ``source`` or lies under it: two local paths (resolved), or two object-store
-    prefixes (``s3://b/corpus-2`` is not under ``s3://b/corpus``)."""
-    if is_uri(out) != is_uri(source):
-        return False
-    if is_uri(out):
-        o, s = out.rstrip("/"), source.rstrip("/")
-        return o == s or o.startswith(s + "/")
-    return Path(out) == Path(source) or Path(source) in Path(out).parents
-
-
-def snapshots_in(source: str) -> tuple[list[str], list[str]]:
-    """(the snapshot folders under ``source``, in name order; names ignored: files, hidden, odd names)."""
-    names: set[str] = set()
-    ignored: set[str] = set()
-    if is_uri(source):
-        for meta in location(source).list():
-            head, sep, _ = meta.name.partition("/")
-            (names if sep else ignored).add(head)
-    else:
-        d = Path(source)
-        if not d.is_dir():
-            raise UserError(f"source: {source} is not a directory" if d.exists() else f"source: {source} not found")
-        for p in d.iterdir():
-            (names if p.is_dir() else ignored).add(p.name)
-    odd = {n for n in names if not SNAPSHOT_NAME.match(n) or n.startswith(".")}
-    return sorted(names - odd), sorted(ignored | odd)
-
-
 class Firings:
     """The firing records under ``<output_root>/continual/firings``: one per snapshot decided."""
 
@@ -180,6 +155,11 @@ class Firings:
             raise UserError(f"{join(self.dir, FIRINGS, snapshot + '.json')}: firing record edited or corrupt; move "
                             "it away to redo that snapshot")
         return rec
+
+    def all(self) -> list[dict]:
+        """Every firing record, by snapshot name."""
+        names = sorted(m.name[len(FIRINGS) + 1:-5] for m in self.loc.list(f"{FIRINGS}/") if m.name.endswith(".json"))
+        return [r for r in (self.read(n) for n in names) if r is not None]
 
     def write(self, snapshot: str, rec: dict) -> None:
         self.loc.write(f"{FIRINGS}/{snapshot}.json", json_record({**rec, "checksum": stable_hash(rec)}))
@@ -222,7 +202,9 @@ def _relative(where: str, root: Where) -> str:
 
 
 def plan_snapshot(cfg: ContinualConfig, root: Where, snapshot: str, parent: Optional[ModelEntry],
-                  firings: Firings) -> SnapshotPlan:
+                  firings: Firings, inputs: Optional[list[str]] = None) -> SnapshotPlan:
+    """Every stage config of ``snapshot``'s firing; ``inputs``: what its shard stage reads (default: the
+    snapshot's folder under the source)."""
     earlier = []
     for snap in (parent.snapshots if parent else []):
         rec = firings.read(snap)
@@ -231,7 +213,7 @@ def plan_snapshot(cfg: ContinualConfig, root: Where, snapshot: str, parent: Opti
                             f"{join(firings.dir, FIRINGS)}; restore it (or promote another model)")
         earlier.append(rec)
     docs_dir, shard = _named(root, "documents", ShardConfig, cfg.shard.model_copy(update={"snapshot": snapshot}),
-                             f"{snapshot}-", inputs=[f"{_source(cfg)}/{snapshot}"],
+                             f"{snapshot}-", inputs=inputs or [f"{_source(cfg)}/{snapshot}"],
                              earlier=[r["documents"] for r in earlier])
     vocab: Optional[VocabConfig] = None
     if parent is not None:
@@ -402,8 +384,9 @@ def heldout_loss(cfg: ContinualConfig, root: Where, model: str, instances_dir: s
 
 
 def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
-                  log: Callable[[str], None] = print) -> dict:
-    """Decide one snapshot (see the module doc); returns its firing record (written last)."""
+                  log: Callable[[str], None] = print, pending: Optional[Pending] = None) -> dict:
+    """Decide one snapshot (see the module doc); returns its firing record (written last). ``pending``: what
+    the snapshot holds (its inputs, and in the new_files layout its files, recorded with it)."""
     from contracts.schema import Manifest
     from flows.stages import DataStage, ExportStage, TrainStage
 
@@ -411,7 +394,7 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
     firings = Firings(root)
     reg = Registry(cfg.registry or str(join(root, "registry")))
     parent = reg.promoted()
-    p = plan_snapshot(cfg, root, snapshot, parent, firings)
+    p = plan_snapshot(cfg, root, snapshot, parent, firings, pending.inputs if pending else None)
     orch = cfg.orchestration
     timings: dict[str, float] = {}  # seconds per kind of stage (shard, vocab, instances, mix, train, export, eval)
     started, inner = time.perf_counter(), run
@@ -433,7 +416,8 @@ def fire_snapshot(cfg: ContinualConfig, snapshot: str, run: Runner = _direct,
     docs = data("shard", p.shard)
     record: dict[str, Any] = {"snapshot": snapshot, "parent": parent.id if parent else None,
                               "documents": str(p.shard.output_dir), "documents_read": docs.totals.get("documents_read"),
-                              "documents_kept": docs.totals.get("documents_kept"), "dropped": docs.totals.get("dropped", {})}
+                              "documents_kept": docs.totals.get("documents_kept"), "dropped": docs.totals.get("dropped", {}),
+                              **({"files": pending.files} if pending is not None and pending.files is not None else {})}
     record.update(vocab_dir=p.vocab_dir, train_instances=str(p.train_instances.output_dir),
                   heldout_instances=str(p.heldout.output_dir))
     junk = junk_reason(cfg, docs, str(p.shard.output_dir))
@@ -581,24 +565,29 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
         raise UserError(f"output_root: {root} lies inside source {source}; its folders would be read as "
                         "snapshots: use a directory outside it")
     firings = Firings(root)
-    snaps, ignored = snapshots_in(source)
+    if cfg.layout == "new_files":
+        pending, ignored = pending_new_files(source, firings.all())
+        what, seen = "not files at its top", f"new files under {source}: {sum(len(p.files) for p in pending)}"
+    else:
+        pending, ignored = pending_folders(source, lambda s: firings.read(s) is not None)
+        what, seen = "not snapshot folders", f"{len(snapshots_in(source)[0])} snapshots under {source}"
     if ignored:
-        log(f"continual: ignored under {source} (not snapshot folders): {', '.join(ignored[:10])}"
+        log(f"continual: ignored under {source} ({what}): {', '.join(ignored[:10])}"
             + (f" (+{len(ignored) - 10})" if len(ignored) > 10 else ""))
-    new = [s for s in snaps if firings.read(s) is None]
+    new = [p.name for p in pending]
     if dry_run or not new:
-        log(f"continual: {len(snaps)} snapshots under {source}; new: {', '.join(new) or 'none'}"
-            + ("" if new else " (nothing to do)"))
+        log(f"continual: {seen}; new: {', '.join(new) or 'none'}" + ("" if new else " (nothing to do)"))
         if not dry_run:
             _sync_promoted(cfg, run)
         return {"new": new, "decided": []}
     decided = []
     with firings.lock():  # one firing at a time; a second gets one line
-        for snap in new:
+        for pend in pending:
+            snap = pend.name
             if firings.read(snap) is not None:  # decided by a firing that held the lock before us
                 continue
             try:
-                rec = fire_snapshot(cfg, snap, run, log)
+                rec = fire_snapshot(cfg, snap, run, log, pend)
             except Exception as err:
                 _failed(cfg, snap, err)
                 raise

@@ -250,6 +250,51 @@ def test_a_failed_firing_leaves_the_promoted_model_and_the_next_resumes(tmp_path
     assert stable == (Path(reg.promoted().export) / "model.safetensors").read_bytes()
 
 
+def test_files_landing_in_one_flat_folder_are_a_snapshot_per_firing(tmp_path):
+    """layout new_files: each firing takes the files no firing has taken as one snapshot (named in firing
+    order), continues the promoted model on them, and records them; a firing with no new file does
+    nothing; a file replaced with more text is taken again and its earlier documents count as seen."""
+    from pydoc_data.topics import topics
+
+    keys = sorted(topics)
+    flat = tmp_path / "landing"
+    flat.mkdir()
+
+    def land(name: str, ks: list[str]) -> None:
+        (flat / name).write_text("".join(json.dumps({"id": k, "text": topics[k]}) + "\n" for k in ks), encoding="utf-8")
+
+    land("a.jsonl", keys[0::4])
+    land("b.jsonl", keys[1::4])
+    (flat / "old").mkdir()  # sub-folders and hidden files are not part of a flat folder
+    (flat / "old" / "x.jsonl").write_text("{}\n")
+    (flat / ".partial").write_text("uploading")
+    steps = {"max_steps": 8, "save_every": 8}
+    cfg = config(flat, tmp_path / "out", layout="new_files",
+                 train={**config(flat, tmp_path / "x").train.model_dump(), **steps},
+                 first_train={**config(flat, tmp_path / "x").first_train.model_dump(), **steps})
+    lines: list[str] = []
+    first = fire(cfg, log=lines.append)
+    [rec1] = first["decided"]
+    assert rec1["snapshot"].startswith("00001-") and rec1["decision"] == "promote"  # nothing promoted yet
+    assert [f[0] for f in rec1["files"]] == ["a.jsonl", "b.jsonl"]
+    assert any("ignored" in ln and ".partial" in ln and "old" in ln for ln in lines)
+    assert fire(cfg, log=lines.append) == {"new": [], "decided": []} and "new: none (nothing to do)" in lines[-1]
+
+    land("c.jsonl", keys[2::4])
+    land("a.jsonl", keys[0::4] + keys[3::4])  # replaced: the same name with more text
+    dry = fire(cfg, dry_run=True, log=lines.append)
+    [name] = dry["new"]
+    assert name.startswith("00002-") and "new files under" in lines[-1] and ": 2;" in lines[-1]
+    [rec2] = fire(cfg, log=lines.append)["decided"]
+    assert rec2["snapshot"] == name and [f[0] for f in rec2["files"]] == ["a.jsonl", "c.jsonl"]
+    assert rec2["parent"] == rec1["model"]  # continued from the promoted model
+    assert rec2["documents_read"] == len(keys[0::4]) + len(keys[3::4]) + len(keys[2::4])  # a.jsonl whole, c.jsonl
+    assert rec2["dropped"]["seen_earlier"] >= len(keys[0::4])  # a.jsonl's first documents (and equal texts)
+    assert rec2["documents_kept"] + sum(rec2["dropped"].values()) == rec2["documents_read"]  # none lost
+    assert set(rec2["losses"]["candidate"]) == {rec1["snapshot"], name}  # scored on both snapshots' held-out
+    assert [r["snapshot"] for r in Firings(root_of(cfg)).all()] == [rec1["snapshot"], name]
+
+
 def test_two_firings_never_run_at_once(tmp_path):
     """A firing holds the writer lock of <output_root>/continual: a second one (another process, as a
     second schedule tick or a person's manual run would be) gets one line and exit 2, before any work."""
