@@ -32,7 +32,7 @@ from bert_core import rank, train
 from bert_core.remote_run import scratch_mirror
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
-from contracts.common import UserError, config_from_args, config_parser, run_main
+from contracts.common import UserError, config_from_args, config_parser, run_main, stop_asked
 from contracts.storage import is_uri
 
 Log = Callable[[str], None]
@@ -190,6 +190,7 @@ class _stop_ranks_on_signal:
         self.proc, self.saved = proc, {}
 
     def _handler(self, signum, frame) -> None:
+        stop_asked()  # the shutdown deadline of contracts.common.run_main
         raise Stopped(128 + signum)
 
     def __enter__(self) -> "_stop_ranks_on_signal":

@@ -9,8 +9,11 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
+import time
 import types
 import typing
 from contextlib import contextmanager
@@ -371,10 +374,59 @@ def one_line(text: str) -> str:
     return text.rstrip("\n").replace("\r", "\\r").replace("\n", "\\n")
 
 
-def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
-    """Run an entry point: UserError -> one line on stderr and exit code 2; Ctrl-C -> 130."""
+# After a stop is asked for (Ctrl-C, or SIGTERM to the training launcher), a command that is still
+# shutting down this long after it exits 130 anyway: Ctrl-C reaches every process of the terminal's process
+# group, Prefect's temporary API server among them, and the flow engine then retries reporting the
+# crashed run to the dead server with backoff for minutes. Finished stages are kept either way.
+INTERRUPT_GRACE_S = float(os.environ.get("BERTFLOW_INTERRUPT_GRACE_S", "60"))
+_stop_asked = threading.Event()
+
+
+def stop_asked() -> None:
+    """Start the shutdown deadline (once): ``INTERRUPT_GRACE_S`` seconds from now the process exits 130."""
+    if _stop_asked.is_set():
+        return
+    _stop_asked.set()
+    threading.Thread(target=_exit_at_deadline, name="bertflow-stop-deadline", daemon=True).start()
+
+
+def _exit_at_deadline() -> None:
+    time.sleep(INTERRUPT_GRACE_S)
+    sys.stderr.write(f"bertflow: interrupted: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
+                     "Prefect API?); exiting now; rerun the same command to resume\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _on_sigint(signum, frame) -> None:
+    if _stop_asked.is_set():  # a second Ctrl-C: leave now
+        os._exit(130)
+    stop_asked()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _bounded_interrupt() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as always, and starts the shutdown deadline; a second one exits at
+    once. Only where Python's own handler is in place (not where SIGINT is ignored, as in background jobs
+    of a shell) and in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
-        return fn(argv)
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run an entry point: UserError -> one line on stderr and exit code 2; Ctrl-C -> 130 (at the latest
+    ``INTERRUPT_GRACE_S`` after it)."""
+    try:
+        with _bounded_interrupt():
+            return fn(argv)
     except UserError as err:
         print(f"bertflow: error: {one_line(str(err))}", file=sys.stderr)
         return 2

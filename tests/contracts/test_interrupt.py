@@ -1,0 +1,109 @@
+"""Ctrl-C ends a command, at the latest ``BERTFLOW_INTERRUPT_GRACE_S`` after it: the terminal sends SIGINT to
+its whole process group, Prefect's temporary API server included, and a flow that then reports its crash to
+the dead server would retry for minutes. Each case is a real process group signalled as a terminal does."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+# fn: a child in the same process group (dies of the group's SIGINT), then, interrupted, a shutdown that
+# hangs as Prefect's retries to a dead server do (or returns at once with HANG=0).
+PROGRAM = r"""
+import os, subprocess, sys, time
+from contracts.common import run_main
+
+def fn(argv):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print("ready", flush=True)
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:
+        time.sleep(float(os.environ["HANG"]))
+        raise
+    return 0
+
+sys.exit(run_main(fn))
+"""
+
+
+def _start(cmd: list[str], grace: float, **env) -> subprocess.Popen:
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "BERTFLOW_INTERRUPT_GRACE_S": str(grace), **env},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal, whatever ran us
+
+
+def _interrupt_and_wait(proc: subprocess.Popen, times: int = 1, limit: float = 120) -> tuple[float, str]:
+    t0 = time.monotonic()
+    for _ in range(times):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+    _, err = proc.communicate(timeout=limit)
+    return time.monotonic() - t0, err
+
+
+def _ready(proc: subprocess.Popen) -> None:
+    assert proc.stdout.readline().strip() == "ready"
+
+
+def test_a_hanging_shutdown_ends_at_the_deadline_with_one_line():
+    proc = _start([sys.executable, "-c", PROGRAM], grace=2, HANG="600")
+    _ready(proc)
+    took, err = _interrupt_and_wait(proc)
+    assert proc.returncode == 130
+    assert "still shutting down after 2 s" in err and "rerun the same command to resume" in err
+    assert took >= 1.9  # not before the deadline: a shutdown that ends in time is left alone (next test)
+
+
+def test_a_shutdown_in_time_is_the_usual_interrupted_line_and_a_second_ctrl_c_leaves_at_once():
+    proc = _start([sys.executable, "-c", PROGRAM], grace=600, HANG="0")
+    _ready(proc)
+    _, err = _interrupt_and_wait(proc)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "bertflow: interrupted"
+    proc = _start([sys.executable, "-c", PROGRAM], grace=600, HANG="600")
+    _ready(proc)
+    took, err = _interrupt_and_wait(proc, times=2, limit=60)
+    assert proc.returncode == 130 and "still shutting down" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_pipeline_on_the_temporary_prefect_server_ends_the_command(tmp_path):
+    """The real case: `bertflow pipeline` with no PREFECT_API_URL (Prefect's temporary server is a child
+    in the same process group), interrupted while training; the command ends within the deadline and
+    every process of its group is gone."""
+    from flows.config import demo_config
+
+    cfg = demo_config(str(tmp_path / "out"), max_steps=1_000_000).model_dump(mode="json")
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "bertflow"), "pipeline", "--config", str(path)],
+                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**env, "PYTHONPATH": str(REPO), "BERTFLOW_INTERRUPT_GRACE_S": "10"},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 600
+    while "train:" not in log.read_text(errors="replace"):  # training has started
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    assert proc.returncode == 130, log.read_text()[-2000:]
+    for _ in range(30):  # helpers that outlive it a moment (a fork server reads its parent's exit) then go
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("processes of the interrupted command's group are still running")
