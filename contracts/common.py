@@ -13,7 +13,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 import types
 import typing
 from contextlib import contextmanager
@@ -380,22 +379,32 @@ def one_line(text: str) -> str:
 # crashed run to the dead server with backoff for minutes. Finished stages are kept either way.
 INTERRUPT_GRACE_S = float(os.environ.get("BERTFLOW_INTERRUPT_GRACE_S", "60"))
 _stop_asked = threading.Event()
+_command_over = threading.Event()  # set when the command run by run_main returns: the deadline is off
+_in_command = False  # run_main installed its signal handlers (the deadline applies only then)
 
 
 def stop_asked() -> None:
-    """Start the shutdown deadline (once): ``INTERRUPT_GRACE_S`` seconds from now the process exits 130."""
-    if _stop_asked.is_set():
+    """Start the shutdown deadline (once per command): ``INTERRUPT_GRACE_S`` seconds from now the process
+    exits 130 unless the command has returned by then. Outside a command run by run_main: nothing."""
+    if not _in_command or _stop_asked.is_set():
         return
     _stop_asked.set()
-    threading.Thread(target=_exit_at_deadline, name="bertflow-stop-deadline", daemon=True).start()
+    threading.Thread(target=_exit_at_deadline, args=(_command_over,), name="bertflow-stop-deadline",
+                     daemon=True).start()
 
 
-def _exit_at_deadline() -> None:
-    time.sleep(INTERRUPT_GRACE_S)
+def _exit_at_deadline(over: threading.Event) -> None:
+    if over.wait(INTERRUPT_GRACE_S):
+        return
     sys.stderr.write(f"bertflow: interrupted: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
                      "Prefect API?); exiting now; rerun the same command to resume\n")
     sys.stderr.flush()
     os._exit(130)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt, so that cleanup (``finally``, ``atexit``: Prefect's
+    temporary API server is stopped there) runs before the command exits 143."""
 
 
 def _on_sigint(signum, frame) -> None:
@@ -405,20 +414,35 @@ def _on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _on_sigterm(signum, frame) -> None:
+    stop_asked()
+    raise Terminated()
+
+
 @contextmanager
 def _bounded_interrupt() -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt as always, and starts the shutdown deadline; a second one exits at
-    once. Only where Python's own handler is in place (not where SIGINT is ignored, as in background jobs
-    of a shell) and in the main thread."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    once. SIGTERM raises Terminated (a Prefect flow first reports its crash, then sends itself the signal
+    again for the handler it found: this one). Only for signals whose handling is the default (not where
+    SIGINT is ignored, as in background jobs of a shell) and in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.signal(signal.SIGINT, _on_sigint)
+    ours = {sig: handler for sig, default, handler in ((signal.SIGINT, signal.default_int_handler, _on_sigint),
+                                                       (signal.SIGTERM, signal.SIG_DFL, _on_sigterm))
+            if signal.getsignal(sig) is default}
+    global _in_command, _command_over
+    saved = {sig: signal.signal(sig, handler) for sig, handler in ours.items()}
+    _in_command = _in_command or bool(saved)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if saved:  # the outermost: the command is over (a process that goes on, as a test's, is not ended)
+            _command_over.set()
+            _command_over, _in_command = threading.Event(), False
+            _stop_asked.clear()
 
 
 def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
@@ -430,6 +454,9 @@ def run_main(fn: Callable[[Sequence[str] | None], int], argv: Sequence[str] | No
     except UserError as err:
         print(f"bertflow: error: {one_line(str(err))}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("bertflow: terminated (SIGTERM); rerun the same command to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("bertflow: interrupted", file=sys.stderr)
         return 130

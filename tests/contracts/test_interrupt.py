@@ -75,11 +75,38 @@ def test_a_shutdown_in_time_is_the_usual_interrupted_line_and_a_second_ctrl_c_le
     assert proc.returncode == 130 and "still shutting down" not in err
 
 
+def test_sigterm_raises_terminated_so_cleanup_runs_and_exits_143():
+    proc = _start([sys.executable, "-c", PROGRAM.replace("time.sleep(float(os.environ[\"HANG\"]))",
+                                                         "print('cleanup ran', flush=True)")], grace=600, HANG="0")
+    _ready(proc)
+    proc.send_signal(signal.SIGTERM)  # the command alone, as `kill PID`, docker stop or a scheduler do
+    proc.wait(timeout=60)
+    os.killpg(proc.pid, signal.SIGKILL)  # its sleeping child holds the pipes open
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "cleanup ran" in out and "bertflow: terminated (SIGTERM)" in err
+
+
+def test_the_deadline_is_off_once_the_command_returns_in_process(monkeypatch):
+    """run_main called in a process that goes on (a test, a notebook): an interrupt handled by the command
+    does not end the process later."""
+    import contracts.common as common
+
+    def fn(argv):
+        common.stop_asked()  # as the SIGINT handler does
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(common, "INTERRUPT_GRACE_S", 0.2)
+    assert common.run_main(fn) == 130
+    time.sleep(0.6)  # past the deadline: this process is still here
+
+
 @pytest.mark.slow
-def test_ctrl_c_during_a_pipeline_on_the_temporary_prefect_server_ends_the_command(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the command"])
+def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_running(tmp_path, how):
     """The real case: `bertflow pipeline` with no PREFECT_API_URL (Prefect's temporary server is a child
-    in the same process group), interrupted while training; the command ends within the deadline and
-    every process of its group is gone."""
+    in the same process group), stopped while training: by Ctrl-C (the whole group: the server dies too)
+    or by SIGTERM to the command alone (Prefect reports the crash, then re-sends itself the signal). The
+    command ends within the deadline, and every process of its group, the server included, is gone."""
     from flows.config import demo_config
 
     cfg = demo_config(str(tmp_path / "out"), max_steps=1_000_000).model_dump(mode="json")
@@ -96,9 +123,12 @@ def test_ctrl_c_during_a_pipeline_on_the_temporary_prefect_server_ends_the_comma
     while "train:" not in log.read_text(errors="replace"):  # training has started
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(1)
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "ctrl-c to the group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
-    assert proc.returncode == 130, log.read_text()[-2000:]
+    assert proc.returncode == (130 if how == "ctrl-c to the group" else 143), log.read_text()[-2000:]
     for _ in range(30):  # helpers that outlive it a moment (a fork server reads its parent's exit) then go
         try:
             os.killpg(proc.pid, 0)
