@@ -23,8 +23,8 @@ from contracts.common import run_main
 
 def fn(argv):
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print("ready", flush=True)
-    try:
+    try:  # "ready" inside: a signal the moment it is read lands in the except clause, not before it
+        print("ready", flush=True)
         time.sleep(600)
     except KeyboardInterrupt:
         time.sleep(float(os.environ["HANG"]))
