@@ -190,7 +190,7 @@ class _stop_ranks_on_signal:
         self.proc, self.saved = proc, {}
 
     def _handler(self, signum, frame) -> None:
-        stop_asked()  # the shutdown deadline of contracts.common.run_main
+        stop_asked(signum)  # the shutdown deadline of contracts.common.run_main
         raise Stopped(128 + signum)
 
     def __enter__(self) -> "_stop_ranks_on_signal":

@@ -383,23 +383,25 @@ _command_over = threading.Event()  # set when the command run by run_main return
 _in_command = False  # run_main installed its signal handlers (the deadline applies only then)
 
 
-def stop_asked() -> None:
+def stop_asked(signum: int = signal.SIGINT) -> None:
     """Start the shutdown deadline (once per command): ``INTERRUPT_GRACE_S`` seconds from now the process
-    exits 130 unless the command has returned by then. Outside a command run by run_main: nothing."""
+    exits 128 + ``signum`` unless the command has returned by then. Outside a command run by run_main:
+    nothing."""
     if not _in_command or _stop_asked.is_set():
         return
     _stop_asked.set()
-    threading.Thread(target=_exit_at_deadline, args=(_command_over,), name="bertflow-stop-deadline",
-                     daemon=True).start()
+    threading.Thread(target=_exit_at_deadline, args=(_command_over, 128 + int(signum)),
+                     name="bertflow-stop-deadline", daemon=True).start()
 
 
-def _exit_at_deadline(over: threading.Event) -> None:
+def _exit_at_deadline(over: threading.Event, code: int) -> None:
     if over.wait(INTERRUPT_GRACE_S):
         return
-    sys.stderr.write(f"bertflow: interrupted: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
+    what = "terminated" if code == 128 + signal.SIGTERM else "interrupted"
+    sys.stderr.write(f"bertflow: {what}: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
                      "Prefect API?); exiting now; rerun the same command to resume\n")
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(code)
 
 
 class Terminated(KeyboardInterrupt):
@@ -415,7 +417,7 @@ def _on_sigint(signum, frame) -> None:
 
 
 def _on_sigterm(signum, frame) -> None:
-    stop_asked()
+    stop_asked(signum)
     raise Terminated()
 
 

@@ -54,6 +54,9 @@ from flows.gate import GateConfig, GateDecision, decide, gate_table
 from flows.registry import ModelEntry, Registry, registry_markdown
 from flows.snapshots import Pending, inside, pending_folders, pending_new_files, snapshots_in  # noqa: F401
 from flows.specs import complete, spec_of
+from flows.signals import deadline_on_prefect_sigterm
+
+deadline_on_prefect_sigterm()  # SIGTERM in a flow also starts run_main's shutdown deadline
 
 SnapshotShardSpec = spec_of(ShardConfig, {"output_dir", "inputs", "earlier"}, "SnapshotShardSpec",
                             "Raw text of one snapshot -> document shards (ShardConfig minus the wiring; snapshot "
