@@ -52,7 +52,7 @@ from flows.config import (GlueSpec, IntrinsicSpec, InstancesSpec, Orchestration,
                           name_of)
 from flows.gate import GateConfig, GateDecision, decide, gate_table
 from flows.registry import ModelEntry, Registry, registry_markdown
-from flows.snapshots import Pending, inside, pending_folders, pending_new_files, snapshots_in  # noqa: F401
+from flows.snapshots import Pending, inside, pending_new_files, snapshots_in  # noqa: F401
 from flows.specs import complete, spec_of
 from flows.signals import deadline_on_prefect_sigterm
 
@@ -572,8 +572,9 @@ def fire(cfg: ContinualConfig, run: Runner = _direct, log: Callable[[str], None]
         pending, ignored = pending_new_files(source, firings.all())
         what, seen = "not files at its top", f"new files under {source}: {sum(len(p.files) for p in pending)}"
     else:
-        pending, ignored = pending_folders(source, lambda s: firings.read(s) is not None)
-        what, seen = "not snapshot folders", f"{len(snapshots_in(source)[0])} snapshots under {source}"
+        names, ignored = snapshots_in(source)
+        pending = [Pending(n, [f"{source}/{n}"]) for n in names if firings.read(n) is None]
+        what, seen = "not snapshot folders", f"{len(names)} snapshots under {source}"
     if ignored:
         log(f"continual: ignored under {source} ({what}): {', '.join(ignored[:10])}"
             + (f" (+{len(ignored) - 10})" if len(ignored) > 10 else ""))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from contracts.common import UserError, stable_hash
 from contracts.storage import is_uri, location
@@ -81,11 +81,6 @@ def files_in(source: str) -> tuple[list[list], list[str]]:
         else:
             files.append([meta.name, meta.size, meta.etag])
     return files, sorted(ignored)
-
-
-def pending_folders(source: str, decided: Callable[[str], bool]) -> tuple[list[Pending], list[str]]:
-    names, ignored = snapshots_in(source)
-    return [Pending(n, [f"{source}/{n}"]) for n in names if not decided(n)], ignored
 
 
 def pending_new_files(source: str, records: Iterable[dict]) -> tuple[list[Pending], list[str]]:
