@@ -32,7 +32,8 @@ from bert_core import rank, train
 from bert_core.remote_run import scratch_mirror
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
-from contracts.common import UserError, config_from_args, config_parser, run_main, stop_asked
+from contracts.common import UserError, config_from_args, config_parser, run_main
+from contracts.shutdown import stop_asked
 from contracts.storage import is_uri
 
 Log = Callable[[str], None]

@@ -6,7 +6,7 @@ it for minutes. The handler is looked up by name in Prefect's module at every in
 the wrapper is what Prefect installs; a Prefect without it leaves things as they are."""
 from __future__ import annotations
 
-from contracts.common import stop_asked
+from contracts.shutdown import stop_asked
 
 
 def deadline_on_prefect_sigterm() -> None:

@@ -89,14 +89,15 @@ def test_sigterm_raises_terminated_so_cleanup_runs_and_exits_143():
 def test_the_deadline_is_off_once_the_command_returns_in_process(monkeypatch):
     """run_main called in a process that goes on (a test, a notebook): an interrupt handled by the command
     does not end the process later."""
-    import contracts.common as common
+    from contracts import shutdown
+    from contracts.common import run_main
 
     def fn(argv):
-        common.stop_asked()  # as the SIGINT handler does
+        shutdown.stop_asked()  # as the SIGINT handler does
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(common, "INTERRUPT_GRACE_S", 0.2)
-    assert common.run_main(fn) == 130
+    monkeypatch.setattr(shutdown, "INTERRUPT_GRACE_S", 0.2)
+    assert run_main(fn) == 130
     time.sleep(0.6)  # past the deadline: this process is still here
 
 

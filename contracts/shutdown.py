@@ -1,0 +1,85 @@
+"""How a command ends when asked to stop (``contracts.common.run_main`` wraps every command in
+``bounded_interrupt``): Ctrl-C raises KeyboardInterrupt and SIGTERM raises ``Terminated``, so cleanup runs;
+a command still shutting down ``INTERRUPT_GRACE_S`` after the signal exits anyway, and a second Ctrl-C at
+once."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+# After a stop is asked for (Ctrl-C, or SIGTERM to the training launcher), a command that is still
+# shutting down this long after it exits 130 anyway: Ctrl-C reaches every process of the terminal's process
+# group, Prefect's temporary API server among them, and the flow engine then retries reporting the
+# crashed run to the dead server with backoff for minutes. Finished stages are kept either way.
+INTERRUPT_GRACE_S = float(os.environ.get("BERTFLOW_INTERRUPT_GRACE_S", "60"))
+_stop_asked = threading.Event()
+_command_over = threading.Event()  # set when the command run by run_main returns: the deadline is off
+_in_command = False  # run_main installed its signal handlers (the deadline applies only then)
+
+
+def stop_asked(signum: int = signal.SIGINT) -> None:
+    """Start the shutdown deadline (once per command): ``INTERRUPT_GRACE_S`` seconds from now the process
+    exits 128 + ``signum`` unless the command has returned by then. Outside a command run by run_main:
+    nothing."""
+    if not _in_command or _stop_asked.is_set():
+        return
+    _stop_asked.set()
+    threading.Thread(target=_exit_at_deadline, args=(_command_over, 128 + int(signum)),
+                     name="bertflow-stop-deadline", daemon=True).start()
+
+
+def _exit_at_deadline(over: threading.Event, code: int) -> None:
+    if over.wait(INTERRUPT_GRACE_S):
+        return
+    what = "terminated" if code == 128 + signal.SIGTERM else "interrupted"
+    sys.stderr.write(f"bertflow: {what}: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
+                     "Prefect API?); exiting now; rerun the same command to resume\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt, so that cleanup (``finally``, ``atexit``: Prefect's
+    temporary API server is stopped there) runs before the command exits 143."""
+
+
+def _on_sigint(signum, frame) -> None:
+    if _stop_asked.is_set():  # a second Ctrl-C: leave now
+        os._exit(130)
+    stop_asked()
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(signum, frame) -> None:
+    stop_asked(signum)
+    raise Terminated()
+
+
+@contextmanager
+def bounded_interrupt() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as always, and starts the shutdown deadline; a second one exits at
+    once. SIGTERM raises Terminated (a Prefect flow first reports its crash, then sends itself the signal
+    again for the handler it found: this one). Only for signals whose handling is the default (not where
+    SIGINT is ignored, as in background jobs of a shell) and in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = {sig: handler for sig, default, handler in ((signal.SIGINT, signal.default_int_handler, _on_sigint),
+                                                       (signal.SIGTERM, signal.SIG_DFL, _on_sigterm))
+            if signal.getsignal(sig) is default}
+    global _in_command, _command_over
+    saved = {sig: signal.signal(sig, handler) for sig, handler in ours.items()}
+    _in_command = _in_command or bool(saved)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if saved:  # the outermost: the command is over (a process that goes on, as a test's, is not ended)
+            _command_over.set()
+            _command_over, _in_command = threading.Event(), False
+            _stop_asked.clear()
