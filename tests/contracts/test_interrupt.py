@@ -134,11 +134,14 @@ def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_runn
         proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == (130 if how.startswith("ctrl-c") else 143), log.read_text()[-2000:]
-    for _ in range(30):  # helpers that outlive it a moment (a fork server reads its parent's exit) then go
+    for _ in range(60):  # helpers that outlive it a moment (a fork server reads its parent's exit) then go
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
             break
         time.sleep(1)
     else:
-        pytest.fail("processes of the interrupted command's group are still running")
+        left = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)], capture_output=True,
+                              text=True).stdout
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"processes of the interrupted command's group are still running 60 s later:\n{left}")
