@@ -33,7 +33,7 @@ from bert_core.remote_run import scratch_mirror
 from bert_core.train import TrainResult
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, run_main
-from contracts.shutdown import stop_asked
+from contracts.shutdown import descendants as _descendants, stop_asked
 from contracts.storage import is_uri
 
 Log = Callable[[str], None]
@@ -133,26 +133,6 @@ def _spawned(config: TrainConfig, cfg_file: Path | str, resume: bool, log: Log, 
 
 class Stopped(SystemExit):
     """Training stopped by a signal after every rank was stopped (exit 128 + signal number)."""
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (from /proc): torchrun starts each rank in a session of its
-    own, so signalling the launcher's process group misses them (../shared/ENVIRONMENT.md)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
 
 
 def stop_tree(proc: subprocess.Popen, grace_s: float = 20.0) -> None:

@@ -39,6 +39,11 @@ def _exit_at_deadline(over: threading.Event, code: int) -> None:
     sys.stderr.write(f"bertflow: {what}: still shutting down after {INTERRUPT_GRACE_S:g} s (an unreachable "
                      "Prefect API?); exiting now; rerun the same command to resume\n")
     sys.stderr.flush()
+    for pid in descendants(os.getpid()):  # os._exit runs no atexit: stop what this command started
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
     os._exit(code)
 
 
@@ -83,3 +88,24 @@ def bounded_interrupt() -> Iterator[None]:
             _command_over.set()
             _command_over, _in_command = threading.Event(), False
             _stop_asked.clear()
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc): torchrun starts each rank in a session of its
+    own, so signalling the launcher's process group misses them (../shared/ENVIRONMENT.md); and a command
+    that exits at its deadline stops what it started (Prefect's temporary server: atexit does not run)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
