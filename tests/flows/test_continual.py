@@ -427,7 +427,8 @@ def test_word_order_tells_running_text_from_shuffled_words(tmp_path):
 
     from data_jobs.config import ShardConfig
     from data_jobs.shard_job import run
-    from flows.continual import Quality, word_order
+    from flows.continual import Quality
+    from flows.snapshot_checks import word_order
     from pydoc_data.topics import topics
 
     keys = sorted(topics)
