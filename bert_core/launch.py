@@ -28,9 +28,9 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from bert_core import rank, train
+from bert_core import rank
 from bert_core.remote_run import scratch_mirror
-from bert_core.train import TrainResult
+from bert_core.stage import TrainResult
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, run_main
 from contracts.shutdown import descendants as _descendants, stop_asked
@@ -62,6 +62,8 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
     """Train (or resume) one run as ``config.launcher`` says; returns the result read from the run dir
     (``cpus_per_worker``: the CPUs each Ray Train worker reserves, default 1)."""
     if config.launcher == "local" or is_rank():
+        from bert_core import train  # torch: imported only once a valid config is to be trained
+
         return train.run(config, resume=resume)
     if config.launcher == "ray":
         from bert_core import ray_train
@@ -209,9 +211,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     config = config_from_args(TrainConfig, args, ignore=("resume", "local_rank"))
     result = launch(config, resume=args.resume)
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    dist = sys.modules.get("torch.distributed")  # not imported: this process trained nothing itself
+    if dist is None or not dist.is_initialized() or dist.get_rank() == 0:
         print(f"run dir: {result.run_dir}  last checkpoint: {result.last_checkpoint}")
     return 0
 

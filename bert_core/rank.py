@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from bert_core import train
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, build_config, run_main
 from contracts.storage import is_uri, location
@@ -73,6 +72,8 @@ def _main(argv: Sequence[str] | None) -> int:
                    help="continue from the latest checkpoint (previous-good: the newest that verifies)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from bert_core import train  # torch: imported once the config has been read
+
     train.run(read_config(args.config), resume=args.resume)
     return 0
 
