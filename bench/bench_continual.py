@@ -8,13 +8,16 @@ Prints, from the records the flow wrote (its per-firing tables are copied beside
 - each continued candidate against from-scratch runs on the same training data (the same instances
   file), scored on the same held-out documents: one with the candidate's own steps (the compute a
   firing spends), one with its whole lineage's (first_train's steps plus train's steps per continued
-  snapshot: retraining instead of continuing);
+  snapshot: retraining on the new data instead of continuing); and one with the lineage's steps on the
+  training instances of every snapshot of its lineage, all of each (retraining on the accumulated corpus,
+  what a team without continual pretraining does);
 - the firing's whole process tree (wall, CPU, peak RSS), and each snapshot's overhead beyond its
   training stage (firing seconds minus train seconds, from the firing record);
 - the no-new-data firing against the same command's ``--help`` (the process start-up it cannot avoid),
   interleaved, whole process trees; and once through Prefect's temporary API (its start-up included).
 
-    .venv/bin/python bench/bench_continual.py [--first-steps 2000] [--steps 600] [--out FILE] [--tables DIR]
+    .venv/bin/python bench/bench_continual.py [--first-steps 2000] [--steps 600] [--baselines own,lineage,every]
+                                              [--out FILE] [--tables DIR]
 """
 from __future__ import annotations
 
@@ -86,8 +89,23 @@ def config(src: Path, out: Path, first_steps: int, steps: int) -> dict:
     }
 
 
-def from_scratch(cfg, rec: dict, steps: int, work: Path) -> dict[str, float]:
-    """A from-scratch run of ``steps`` on the candidate's own training data, scored like the candidate."""
+def every_snapshot(cfg, rec: dict, lineage: list[str], firings, work: Path) -> str:
+    """The training instances of the candidate's snapshot and of every earlier snapshot of its lineage, all
+    of each (mix weight 1): what a team that retrains from scratch on its accumulated corpus trains on."""
+    from data_jobs.config import MixConfig
+    from flows.continual import _direct
+    from flows.stages import DataStage
+
+    sources = [rec["train_instances"]] + [firings.read(s)["train_instances"] for s in lineage]
+    mix = MixConfig(sources=sources, weights=[1.0] * len(sources), seed=cfg.seed,
+                    output_dir=str(work / "every-snapshot" / rec["snapshot"]))
+    _direct(DataStage("mix", mix, cfg.orchestration.ray_job_address, cfg.orchestration.job_python))
+    return mix.output_dir
+
+
+def from_scratch(cfg, rec: dict, steps: int, work: Path, data_dir: str | None = None) -> dict[str, float]:
+    """A from-scratch run of ``steps`` on the candidate's own training data (or ``data_dir``), scored like
+    the candidate."""
     from bert_core.export import export_checkpoint
     from bert_core.launch import launch
     from bert_core.train_config import TrainConfig
@@ -95,8 +113,8 @@ def from_scratch(cfg, rec: dict, steps: int, work: Path) -> dict[str, float]:
 
     spec = cfg.first_train.model_dump(mode="python")
     run = work / "scratch" / rec["snapshot"]
-    tcfg = TrainConfig.model_validate({**spec, "max_steps": steps, "save_every": steps, "data_dir": rec["data_dir"],
-                                       "output_dir": str(run)})
+    tcfg = TrainConfig.model_validate({**spec, "max_steps": steps, "save_every": steps,
+                                       "data_dir": data_dir or rec["data_dir"], "output_dir": str(run)})
     launch(tcfg, False, log=lambda line: None)
     hf = work / "scratch-hf" / rec["snapshot"]
     export_checkpoint(str(run), str(hf))
@@ -109,6 +127,9 @@ def main() -> int:
     p.add_argument("--first-steps", type=int, default=2000, help="first model's steps (from scratch)")
     p.add_argument("--steps", type=int, default=600, help="steps of each continued run")
     p.add_argument("--rounds", type=int, default=3, help="no-new-data firings (each beside a --help)")
+    p.add_argument("--baselines", default="own,lineage,every",
+                   help="from-scratch runs per candidate, comma-separated: own (the candidate's steps), lineage (the "
+                        "lineage's steps, same data), every (the lineage's steps on every snapshot's training data)")
     p.add_argument("--out", help="also write the report here")
     p.add_argument("--tables", help="copy the flow's per-firing tables (reports/*.md) into this folder")
     args = p.parse_args()
@@ -118,6 +139,7 @@ def main() -> int:
     load0 = open("/proc/loadavg").read().split()[0]
     lines = [f"bench_continual: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, tiny model, seq 128, "
              f"first model {args.first_steps} steps, each continued run {args.steps} steps, replay 0.25, "
+             f"from-scratch baselines {args.baselines}, "
              f"load at start {load0}"]
     try:
         from flows.continual import ContinualConfig, Firings
@@ -153,10 +175,11 @@ def main() -> int:
                                                             "time)" if train else "")
                          + "; by stage " + ", ".join(f"{k} {v:.1f}" for k, v in sec.items() if k != "firing"))
         # From scratch, for every continued candidate: with the candidate's own steps (the compute a firing
-        # spends), and with its whole lineage's (retraining on the new data instead of continuing).
+        # spends), with its whole lineage's (retraining on the new data instead of continuing), and with the
+        # lineage's on every snapshot's training data (retraining on the accumulated corpus).
         lines.append("")
-        lines.append("continued candidate vs from scratch on the same training data, same held-out documents "
-                     "(nats; difference = continued - from scratch):")
+        lines.append("continued candidate vs from scratch (on the candidate's training data unless said), same "
+                     "held-out documents (nats; difference = continued - from scratch):")
         for rec in recs:
             if not rec.get("losses") or rec.get("parent") is None:
                 continue
@@ -165,8 +188,16 @@ def main() -> int:
             rec["heldout_sets"] = {rec["snapshot"]: rec["heldout_instances"],
                                    **{s: firings.read(s)["heldout_instances"] for s in entry.snapshots[:-1]}}
             cand = rec["losses"]["candidate"]
-            for steps, what in ((args.steps, "the candidate's own compute"), (lineage, "the lineage's compute")):
-                scratch = from_scratch(cfg, rec, steps, work / f"scratch-{steps}")
+            wanted = set(args.baselines.split(","))
+            union = every_snapshot(cfg, rec, entry.snapshots[:-1], firings, work) if "every" in wanted else None
+            for key, steps, what, data_dir in (
+                    ("own", args.steps, "the candidate's own compute", None),
+                    ("lineage", lineage, "the lineage's compute", None),
+                    ("every", lineage, "the lineage's compute on every snapshot's training data", union)):
+                if key not in wanted:
+                    continue
+                scratch = from_scratch(cfg, rec, steps, work / f"scratch-{steps}-{'every' if data_dir else 'own'}",
+                                       data_dir)
                 for s, v in scratch.items():
                     lines.append(f"    {rec['snapshot']} candidate, held-out {s}{' (new)' if s == rec['snapshot'] else ''}: "
                                  f"continued {cand[s]:.4f}, from scratch with {what} ({steps} steps) {v:.4f}, "
