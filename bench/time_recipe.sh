@@ -3,7 +3,7 @@
 # ../shared (the recipe's corpus and GLUE paths are relative to it), `make install` timed on its own, then
 # `bertflow recipe --config recipes/cpu-tiny.yaml` timed end to end (every stage, the three GLUE rows, the
 # learning curve, zero-shot STS-B). Writes the timing to OUT_DIR/recipe_cpu_tiny_<stamp>.txt and copies the
-# report (comparison.md, .json, .png) into REPORT_DIR.
+# report (comparison.md, .json, .png) into REPORT_DIR, its paths made relative to the clone (bench/relative_paths.py).
 #   bash bench/time_recipe.sh [RECIPE] [OUT_DIR] [REPORT_DIR]
 #   (defaults: recipes/cpu-tiny.yaml, docs/results/timings, docs/results/cpu-tiny-<date>)
 set -u
@@ -31,6 +31,8 @@ load=$(sort -n "$work.load" | awk '{a[NR]=$1; s+=$1} END {if (NR) printf "min %.
 report=$(ls -d runs/*/compare/*/ 2>/dev/null | head -1)
 if [ "$rc" = 0 ] && [ -n "$report" ]; then
   mkdir -p "$report_dir" && cp "$report"/comparison.md "$report"/comparison.json "$report"/comparison.png "$report_dir/"
+  # the copies name paths relative to the clone, not this machine's folders
+  "$work/.venv/bin/python" "$src/bench/relative_paths.py" --root "$work" "$report_dir"/comparison.md "$report_dir"/comparison.json
 fi
 cat > "$out_dir/recipe_$(basename "$recipe" .yaml | tr - _)_${stamp}.txt" <<EOF
 bertflow recipe --config $recipe on a fresh clone (2 CPU cores unless said otherwise)
@@ -42,6 +44,6 @@ load:     1-minute load average sampled every 60 s: $load
 install:  $((t1 - t0)) s (exit $rc_install)
 recipe:   $((t2 - t1)) s wall (exit $rc), peak RSS $((rss_kb / 1024)) MB (largest single process, /usr/bin/time)
 total:    $((t2 - t0)) s from the clone to the report
-report:   $report -> $report_dir
+report:   $report -> ${report_dir#"$src"/}
 EOF
 echo "recipe: exit $rc in $((t2 - t1)) s; log $work.log"
