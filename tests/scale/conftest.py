@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale_support, beside this file
 
-from hostile_check import TALLY  # noqa: E402
+from hostile_check import SECONDS, TALLY  # noqa: E402
 from scale_support import DS_ARGS, REPO, RayCluster, base_env, free_port, run_cli  # noqa: E402
 from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
@@ -57,3 +57,8 @@ def pytest_terminal_summary(terminalreporter):
         per_entry = ", ".join(f"{e} {n}" for e, n in ran.items())
         extra = "".join(f", {n} {what}" for n, what in ((failed, "fail"), (skipped, "skipped")) if n)
         terminalreporter.write_line(f"hostile battery: {passed} of {total} cases pass ({per_entry}){extra}")
+    if SECONDS:
+        slow = sorted(SECONDS.items(), key=lambda kv: -kv[1])[:5]
+        terminalreporter.write_line(
+            f"hostile battery: {len(SECONDS)} case processes, {sum(SECONDS.values()):.0f} s in all; slowest: "
+            + ", ".join(f"{n} {s:.1f} s" for n, s in slow))

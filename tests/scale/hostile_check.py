@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ FINISHED = ("manifest.json", "COMPLETE", "results.json", "export.json", "summary
 OUTPUT_FLAGS = ("--output-dir", "--out")
 # Outcome counts per entry point, printed by conftest.pytest_terminal_summary.
 TALLY: dict[str, dict[str, int]] = {e: {"passed": 0, "failed": 0, "skipped": 0} for e in ENTRIES}
+SECONDS: dict[str, float] = {}  # wall seconds per case run in its own process: where the battery's time goes
 
 
 @dataclass
@@ -109,12 +111,14 @@ def _run_one(case: Case, ray_env: dict[str, str], dashboard: str) -> dict:
     else:
         cmd = [*case.prefix, sys.executable, *case.argv]
     env = {**(ray_env if case.ray else base_env()), **case.env}
+    t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, env=env, cwd=case.cwd or REPO, capture_output=True, timeout=HANG_S)
     except subprocess.TimeoutExpired as err:  # this case fails alone; the battery's other cases still count
         out = (err.stdout or b"").decode("utf-8", "replace")
         return {"rc": f"no exit after {HANG_S:.0f} s (hung?)", "stdout": out,
                 "stderr": (err.stderr or b"").decode("utf-8", "replace")}
+    SECONDS[case.name] = time.monotonic() - t0  # reported, never asserted (the machine is shared)
     return {"rc": proc.returncode, "stderr": proc.stderr.decode("utf-8", "replace"),
             "stdout": proc.stdout.decode("utf-8", "replace")}
 
