@@ -107,11 +107,20 @@ def plan(meas: dict, dupe: int, nodes: list[int]) -> list[str]:
     lines.append(f"  shard job: {raw_mb / meas['syntok']['mb_per_cpu_s'] / 3600:,.1f} core-hours with syntok, "
                  f"{raw_mb / meas['blingfire']['mb_per_cpu_s'] / 3600:,.1f} with blingfire; documents "
                  f"{RAW_GB * meas['docs_bytes_per_raw_byte']:.1f} GB")
+    inst_h, inst_gb = 0.0, 0.0
     for seq in (128, 512):
         m = meas[seq]
         n = m["instances_per_raw_mb"] * raw_mb
+        inst_h += n / m["instances_per_cpu_s"] / 3600
+        inst_gb += n * m["bytes_per_instance"] / 1e9
         lines.append(f"  seq {seq}: {n / 1e6:,.0f} M instances, {n * m['bytes_per_instance'] / 1e9:,.0f} GB, "
                      f"{n / m['instances_per_cpu_s'] / 3600:,.1f} core-hours")
+    docs_gb = RAW_GB * meas["docs_bytes_per_raw_byte"]
+    for sp in SPLITTERS:
+        lines.append(f"  data preparation with {sp}: {raw_mb / meas[sp]['mb_per_cpu_s'] / 3600 + inst_h:,.1f} "
+                     "core-hours (shard job + instances at both lengths)")
+    lines.append(f"  storage: {RAW_GB:.0f} GB raw + {docs_gb:.1f} GB documents + {inst_gb:.0f} GB instances = "
+                 f"{RAW_GB + docs_gb + inst_gb:.0f} GB")
     lines.append("training time, NVIDIA recipe (phase 1: 7,038 steps x 65,536 at seq 128; phase 2: 1,563 x 32,768 at 512):")
     lines.append("  nodes x 8 GPUs | H200 (this project's seq/s) phase 1 + 2 | A100 80GB (NVIDIA's seq/s) phase 1 + 2")
     for n in nodes:
