@@ -177,6 +177,7 @@ def main() -> int:
         # From scratch, for every continued candidate: with the candidate's own steps (the compute a firing
         # spends), with its whole lineage's (retraining on the new data instead of continuing), and with the
         # lineage's on every snapshot's training data (retraining on the accumulated corpus).
+        wanted = set(args.baselines.split(","))
         lines.append("")
         lines.append("continued candidate vs from scratch (on the candidate's training data unless said), same "
                      "held-out documents (nats; difference = continued - from scratch):")
@@ -188,7 +189,6 @@ def main() -> int:
             rec["heldout_sets"] = {rec["snapshot"]: rec["heldout_instances"],
                                    **{s: firings.read(s)["heldout_instances"] for s in entry.snapshots[:-1]}}
             cand = rec["losses"]["candidate"]
-            wanted = set(args.baselines.split(","))
             union = every_snapshot(cfg, rec, entry.snapshots[:-1], firings, work) if "every" in wanted else None
             for key, steps, what, data_dir in (
                     ("own", args.steps, "the candidate's own compute", None),

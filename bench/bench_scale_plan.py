@@ -104,9 +104,10 @@ def plan(meas: dict, dupe: int, nodes: list[int]) -> list[str]:
                      f"{m['startup_cpu_s']:.1f} CPU-s (slope from one small file to all), {m['bytes_per_instance']:.0f} bytes/instance, "
                      f"{m['instances_per_raw_mb']:,.0f} instances per raw MB")
     lines.append(f"full corpus ({RAW_GB:.0f} GB raw):")
-    lines.append(f"  shard job: {raw_mb / meas['syntok']['mb_per_cpu_s'] / 3600:,.1f} core-hours with syntok, "
-                 f"{raw_mb / meas['blingfire']['mb_per_cpu_s'] / 3600:,.1f} with blingfire; documents "
-                 f"{RAW_GB * meas['docs_bytes_per_raw_byte']:.1f} GB")
+    shard_h = {sp: raw_mb / meas[sp]["mb_per_cpu_s"] / 3600 for sp in SPLITTERS}
+    docs_gb = RAW_GB * meas["docs_bytes_per_raw_byte"]
+    lines.append(f"  shard job: {shard_h['syntok']:,.1f} core-hours with syntok, "
+                 f"{shard_h['blingfire']:,.1f} with blingfire; documents {docs_gb:.1f} GB")
     inst_h, inst_gb = 0.0, 0.0
     for seq in (128, 512):
         m = meas[seq]
@@ -115,9 +116,8 @@ def plan(meas: dict, dupe: int, nodes: list[int]) -> list[str]:
         inst_gb += n * m["bytes_per_instance"] / 1e9
         lines.append(f"  seq {seq}: {n / 1e6:,.0f} M instances, {n * m['bytes_per_instance'] / 1e9:,.0f} GB, "
                      f"{n / m['instances_per_cpu_s'] / 3600:,.1f} core-hours")
-    docs_gb = RAW_GB * meas["docs_bytes_per_raw_byte"]
     for sp in SPLITTERS:
-        lines.append(f"  data preparation with {sp}: {raw_mb / meas[sp]['mb_per_cpu_s'] / 3600 + inst_h:,.1f} "
+        lines.append(f"  data preparation with {sp}: {shard_h[sp] + inst_h:,.1f} "
                      "core-hours (shard job + instances at both lengths)")
     lines.append(f"  storage: {RAW_GB:.0f} GB raw + {docs_gb:.1f} GB documents + {inst_gb:.0f} GB instances = "
                  f"{RAW_GB + docs_gb + inst_gb:.0f} GB")

@@ -7,11 +7,12 @@ The recipe chooses lr and epoch on 10 % of the training set, held out; this scri
 prints for each row the selection score of every (lr, epoch), the choice, whether the choice lies on an
 edge of the grid (the highest lr or the last epoch: the grid may be cutting the row short), the dev score
 at the choice, and the pretrained-minus-random difference with its Welch 95 % interval
-(``evaluation/stats.py``, as the recipe's report). The recipe's own grid (``--base-epochs``, ``--base-lrs``) runs
-beside it on the same examples and seeds: its cells are the recipe's, so its figures reproduce the recipe's.
+(``evaluation/stats.py``, as the recipe's report). The recipe's own grid (its ``comparison.glue``, read from
+``--recipe``, with the learning curve's overrides) runs beside it on the same examples and seeds: its cells
+are the recipe's curve cells, so its figures reproduce the recipe's.
 
     .venv/bin/python bench/curve_grid.py --model-path runs/cpu-tiny/export/<name> \\
-        --glue-dir ../shared/data/glue --size 2000 --epochs 10 --lrs 1e-3 3e-4 1e-4 --out bench/results/X.txt
+        --size 2000 --epochs 10 --lrs 1e-3 3e-4 1e-4 --out bench/results/X.txt
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evaluation.stats import verdict, welch  # noqa: E402
 
 
-def _row(res: dict, task: str, lrs: list[float], epochs: float) -> dict:
+def _row(res: dict, task: str, lrs: list[float]) -> dict:
     """One row of one grid from the GLUE stage's results: its choice (the stage's own), the dev scores at it,
     the selection score of every (lr, epoch), and whether the choice lies on an edge of the grid."""
     t = res["tasks"][task]
@@ -40,21 +41,18 @@ def _row(res: dict, task: str, lrs: list[float], epochs: float) -> dict:
     return {"metric": metric, "lr": lr, "epoch": epoch, "mean": t["mean"] * 100, "std": t["std"] * 100,
             "n": len(t["seeds"]), "selection": t["selection"]["mean"] * 100,
             "table": {k: statistics.mean(v) for k, v in cells.items()},
-            "edge": [w for w, hit in (("highest lr", lr == max(lrs)), ("last epoch", epoch == max(epochs for _, epochs
-                                                                                                   in cells)))
+            "edge": [w for w, hit in (("highest lr", lr == max(lrs)), ("last epoch", epoch == max(e for _, e in cells)))
                      if hit]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-path", required=True, help="the pretrained row's Hugging Face directory")
-    p.add_argument("--glue-dir", default="../shared/data/glue")
+    p.add_argument("--recipe", default="recipes/cpu-tiny.yaml", help="the recipe whose GLUE budget and grid to use")
     p.add_argument("--task", default="SST-2")
     p.add_argument("--size", type=int, default=2000, help="training examples (after the held-out split)")
     p.add_argument("--epochs", type=float, default=10.0, help="the wide grid's epochs (every epoch is scored)")
     p.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-4, 1e-4], help="the wide grid's lrs")
-    p.add_argument("--base-epochs", type=float, default=3.0, help="the recipe's epochs")
-    p.add_argument("--base-lrs", type=float, nargs="+", default=[3e-4, 1e-4], help="the recipe's lrs")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.add_argument("--work", default="runs/curve-grid", help="where the GLUE cells live (a rerun reuses them)")
     p.add_argument("--no-ray", action="store_true", help="run the cells in this process (default: Ray, 1 CPU each)")
@@ -63,23 +61,26 @@ def main(argv: list[str] | None = None) -> int:
 
     from evaluation.config import GlueConfig
     from evaluation.runner import run_staged
+    from flows.recipe_config import load_recipe
 
+    glue = load_recipe(a.recipe).comparison.glue.model_dump(mode="json")
+    # the learning curve's overrides of the grid (evaluation/compare.py learning_curve)
+    glue.update({"tasks": [a.task], "seeds": a.seeds, "task_seeds": {}, "task_epochs": {},
+                 "max_train_examples": a.size, "write_test_predictions": False, "save_models": "none",
+                 **({"use_ray": False} if a.no_ray else {})})
     t0 = time.time()
-    grids = {"recipe": (a.base_lrs, a.base_epochs), "wide": (a.lrs, a.epochs)}
+    grids = {"recipe": (glue["learning_rates"], glue["epochs"]), "wide": (a.lrs, a.epochs)}
     rows: dict[str, dict[str, dict]] = {g: {} for g in grids}
     for grid, (lrs, epochs) in grids.items():
         for name, random_init in (("pretrained", False), ("random init", True)):
             out = Path(a.work) / f"{a.task}-n{a.size}-e{epochs:g}-{'random' if random_init else 'pretrained'}"
-            cfg = GlueConfig.model_validate({
-                "model_path": a.model_path, "random_init": random_init, "glue_dir": a.glue_dir, "tasks": [a.task],
-                "output_dir": str(out), "learning_rates": lrs, "seeds": a.seeds, "epochs": epochs,
-                "max_train_examples": a.size, "select_on": "train_split", "batch_size": 32, "max_seq_length": 128,
-                "precision": "bf16", "write_test_predictions": False, "save_models": "none",
-                "use_ray": not a.no_ray, "show_progress": False})
-            rows[grid][name] = _row(run_staged("glue", cfg), a.task, lrs, epochs)
+            cfg = GlueConfig.model_validate({**glue, "model_path": a.model_path, "random_init": random_init,
+                                             "output_dir": str(out), "learning_rates": lrs, "epochs": epochs})
+            rows[grid][name] = _row(run_staged("glue", cfg), a.task, lrs)
 
-    lines = [f"{a.task}, {a.size} training examples, seeds {a.seeds}, batch 32, bf16; lr and epoch chosen on the "
-             f"held-out training split (10 %), dev reported once at the choice (bench/curve_grid.py)",
+    lines = [f"{a.task}, {a.size} training examples, seeds {a.seeds}, {a.recipe}'s GLUE budget otherwise (batch "
+             f"{glue['batch_size']}, {glue['precision']}, select_on {glue['select_on']}); dev reported once at the "
+             f"choice (bench/curve_grid.py)",
              f"model: {a.model_path}", f"wall: {time.time() - t0:.0f} s (a rerun reuses finished cells)", ""]
     for grid, (lrs, epochs) in grids.items():
         lines.append(f"{grid} grid: lrs {lrs}, {epochs:g} epochs (linear decay over them), every epoch scored")

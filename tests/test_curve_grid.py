@@ -19,11 +19,11 @@ def _results(best_lr, best_epoch):
 
 
 def test_row_reports_the_stage_choice_its_table_and_edges():
-    row = curve_grid._row(_results(3e-4, 3.0), "SST-2", [3e-4, 1e-4], 3.0)
+    row = curve_grid._row(_results(3e-4, 3.0), "SST-2", [3e-4, 1e-4])
     assert (row["lr"], row["epoch"], row["n"]) == (3e-4, 3.0, 2)
     assert round(row["mean"], 6) == 61.0 and round(row["std"], 6) == 2.0
     assert set(row["table"]) == {(lr, e) for lr in (3e-4, 1e-4) for e in (1.0, 2.0, 3.0)}  # other tasks left out
     assert round(row["table"][(1e-4, 2.0)], 6) == round((0.5 + 0.02 + 0.0015) * 100, 6)
     assert row["edge"] == ["highest lr", "last epoch"]
-    inside = curve_grid._row(_results(1e-4, 2.0), "SST-2", [3e-4, 1e-4], 3.0)
+    inside = curve_grid._row(_results(1e-4, 2.0), "SST-2", [3e-4, 1e-4])
     assert inside["edge"] == []
