@@ -7,11 +7,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from flowtest_support import (
-    BIN, REPO, deployments_by_name, free_port, run_cli, stop, tiny_config, wait_final, wait_http,
+    BIN, REPO, deployments_by_name, free_port, post_api, run_cli, stop, tiny_config, wait_final, wait_http,
 )
 from hang import HANG_S  # noqa: E402  (the suite's one hang guard)
 
@@ -95,8 +94,8 @@ def completed_run(prefect_server, tmp_path_factory, corpus_file):
         by_yaml = deployments_by_name(api)
         dep = by_yaml["prepare-data/default"]
         # The UI's Run button (custom run): POST create_flow_run with the form's parameters.
-        r = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run",
-                       json={"parameters": {"config": cfg.model_dump(mode="json")}})
+        r = post_api(f"{api}/deployments/{dep['id']}/create_flow_run",
+                     {"parameters": {"config": cfg.model_dump(mode="json")}})
         r.raise_for_status()
         run_id = r.json()["id"]
         state = wait_final(api, run_id, timeout=HANG_S)

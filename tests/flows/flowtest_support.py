@@ -87,6 +87,17 @@ def run_cli(args, env, cwd, timeout=HANG_S):
     return proc.stdout
 
 
+def post_api(url: str, payload: dict, attempts: int = 5) -> httpx.Response:
+    """POST to the Prefect API, retrying what the server marks retryable (503: a database busy under load),
+    as Prefect's own client does; any other answer is returned as it came."""
+    for i in range(attempts):
+        r = httpx.post(url, json=payload)
+        if r.status_code != 503 or i == attempts - 1:
+            return r
+        time.sleep(0.5 * 2 ** i)
+    return r
+
+
 def deployments_by_name(api: str) -> dict[str, dict]:
     r = httpx.post(f"{api}/deployments/filter", json={"limit": 50})
     r.raise_for_status()
