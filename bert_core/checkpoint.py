@@ -26,7 +26,7 @@ import torch
 from bert_core.config import ModelConfig
 from bert_core.engine import consolidated_state_dict
 from bert_core.hf import load_hf
-from bert_core.identity import CHECKPOINTS, MARKER, STATE
+from bert_core.identity import CHECKPOINTS, MARKER, STATE, is_hf_dir
 from bert_core.model import BertForPreTraining
 from contracts.common import UserError, build_config, fsync_dir, read_json_object, sha256_file, write_json_atomic
 
@@ -274,14 +274,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not path.exists():
         raise UserError(f"{path}: checkpoint not found")
     return path
-
-
-def is_hf_dir(path: str | Path) -> bool:
-    """The one test for "this is a Hugging Face directory" (training's init_from, checkpoint loading,
-    evaluation's model_format auto): a config.json and not a bertflow checkpoint or run directory.
-    Weights are not looked for here, so an HF directory without them gets load_hf's precise error."""
-    p = Path(path)
-    return (p / "config.json").is_file() and not (p / MARKER).exists() and not (p / CHECKPOINTS).exists()
 
 
 def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, ModelConfig, Path]:

@@ -23,6 +23,14 @@ STATE = "trainer_state.json"  # in each checkpoint
 MARKER = "COMPLETE"  # in each checkpoint, written last, with every file's size and SHA-256
 
 
+def is_hf_dir(path: str | Path) -> bool:
+    """The one test for "this is a Hugging Face directory" (training's init_from, checkpoint loading,
+    evaluation's model_format auto): a config.json and not a bertflow checkpoint or run directory.
+    Weights are not looked for here, so an HF directory without them gets load_hf's precise error."""
+    p = Path(path)
+    return (p / "config.json").is_file() and not (p / MARKER).exists() and not (p / CHECKPOINTS).exists()
+
+
 def _checkpoint(path: Path) -> str:
     """A finished checkpoint: the inventory in its marker (size and checksum of every file)."""
     try:

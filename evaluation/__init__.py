@@ -2,7 +2,8 @@
 the feature-based BiLSTM), held-out MLM/NSP over checkpoints. Each ``run_*`` fans its jobs out as Ray
 tasks, writes ``results.json`` + ``report.md`` into ``cfg.output_dir`` and returns the results.
 
-Imports are lazy so ``bertflow eval --help`` and the flows layer stay light.
+Imports are lazy so ``bertflow eval --help`` and the flows layer stay light, and ``run_glue`` first checks
+what can be refused without torch (``evaluation.inputs``): a user error there costs no heavy import.
 """
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ from typing import Any
 
 
 def run_glue(cfg) -> dict[str, Any]:
+    from evaluation.inputs import check_glue_tasks, model_format
+
+    specs = None
+    if not cfg.predict_only:  # (predict_only checks its kept model first: evaluation.glue_predict)
+        specs = check_glue_tasks(cfg)
+        model_format(cfg)
     from evaluation.glue_eval import run_glue as _run
 
-    return _run(cfg)
+    return _run(cfg, specs)
 
 
 def run_squad(cfg) -> dict[str, Any]:

@@ -14,67 +14,23 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 from bert_core.heads import BertForSequenceClassification
 from bert_core.identity import identity
 from bert_core.losses import classification_loss
 from bert_core.runtime import seed_all
 from contracts.common import UserError, write_json_atomic
-from contracts.views import view_of
 from evaluation import glue
 from evaluation.cells import cell_inputs, cell_job, cell_key, model_dir, read_cell, split_grid
 from evaluation.config import GlueConfig
 from evaluation.finetune import fit, forward_inputs
 from evaluation.finetuned import RECORD, read_record, replace_dir, save_finetuned
 from evaluation.glue_predict import encode as _encode, job_data, predict_glue, predict_labels as _predict_labels
+from evaluation.inputs import check_glue_tasks, task_files, train_and_held_out
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
 from evaluation.modeling import build_head, job_device, load_pretrained, resolve_vocab
 from evaluation.report import at_choice, choice_score, summarize, write_results
 from evaluation.runner import progress as _progress, run_jobs, worker_threads
 from evaluation.text import bert_tokenizer
-
-
-def _task_files(cfg: GlueConfig, spec: glue.TaskSpec) -> tuple[Path, dict[str, Path], dict[str, Path]]:
-    """(train, dev files, existing test files); missing train/dev files are a UserError."""
-    d = view_of(cfg.glue_dir, spec.name)  # a URI: this node's copy of the task (contracts.views)
-    train = d / "train.tsv"
-    devs = {name: d / f for name, f in spec.dev_files.items()}
-    if not train.is_file() and d.is_dir() and any(p.is_file() for p in devs.values()):
-        # A held-out (dev+test only) task directory: only a model fine-tuned elsewhere can predict it.
-        raise UserError(f"{train}: task file not found: GLUE {spec.name} fine-tunes on train.tsv; to predict a "
-                        "dev+test-only task directory, use --predict-only with --model a model kept by "
-                        "--save-models (<output-dir>/models/<task>)")
-    for p in [train, *devs.values()]:
-        if not p.is_file():
-            raise UserError(f"{p}: task file not found (GLUE {spec.name} needs train.tsv and dev files)")
-    tests = {name: d / f for name, f in spec.test_files.items() if (d / f).is_file()}
-    return train, devs, tests
-
-
-def held_out_indices(n: int, fraction: float, most: int) -> list[int]:
-    """Which of ``n`` training examples are held out to choose lr and epoch (``select_on: train_split``):
-    ``min(most, round(fraction * n))`` of them (at least 1), drawn once with a fixed seed (numpy's legacy
-    RandomState, stable across versions), so every lr, seed and model of a grid is chosen on the same ones."""
-    k = min(most, max(1, round(fraction * n)))
-    if k >= n:
-        raise ValueError(f"{n} training examples leave none to train on after holding out {k}")
-    return sorted(np.random.RandomState(0).permutation(n)[:k].tolist())
-
-
-def train_and_held_out(cfg: GlueConfig, spec: glue.TaskSpec, path: Path) -> tuple[list, list]:
-    """(examples trained on, examples held out for the choice). ``select_on: dev``: the first
-    ``max_train_examples``, nothing held out. ``train_split``: the held-out examples come from the whole
-    file, and ``max_train_examples`` takes the first N of the rest (a learning curve's N examples stay N)."""
-    if cfg.select_on == "dev":
-        return glue.read_examples(spec, path, cfg.max_train_examples), []
-    examples = glue.read_examples(spec, path)
-    try:
-        held = set(held_out_indices(len(examples), cfg.select_fraction, cfg.select_max))
-    except ValueError as e:
-        raise UserError(f"{path}: select_on train_split: {e}") from None
-    train = [e for i, e in enumerate(examples) if i not in held]
-    return train[: cfg.max_train_examples], [examples[i] for i in sorted(held)]
 
 
 def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[str] = None) -> dict:
@@ -85,7 +41,7 @@ def glue_job(cfg_data: dict, task: str, lr: float, seed: int, save_to: Optional[
     cfg = GlueConfig.model_validate(cfg_data)
     worker_threads(cfg.threads_per_task)
     spec = glue.get_task(task)
-    train_path, dev_paths, test_paths = _task_files(cfg, spec)
+    train_path, dev_paths, test_paths = task_files(cfg, spec)
     model, model_config, vocab = build_head(cfg, BertForSequenceClassification, seed, num_labels=spec.num_labels)
     tok = bert_tokenizer(vocab, cfg.lowercase)
     device = job_device(cfg)
@@ -144,19 +100,12 @@ def _record(cfg: GlueConfig, spec: glue.TaskSpec, lr: float, seed: int, runs: li
     }
 
 
-def _check_inputs(cfg: GlueConfig) -> tuple[list[glue.TaskSpec], dict[str, dict]]:
-    """Fail fast, before any Ray task starts: task names, files, every row's columns, model and vocab.
-    Returns the task specs and each task's cell inputs (``evaluation.cells.cell_inputs``)."""
-    specs = [glue.get_task(t) for t in cfg.tasks]
-    for spec in specs:
-        train, devs, tests = _task_files(cfg, spec)
-        for p in [train, *devs.values()]:
-            glue.read_examples(spec, p)
-        if cfg.select_on == "train_split":  # enough rows to hold some out and train on the rest
-            train_and_held_out(cfg, spec, train)
-        # Test files too: a malformed test row must stop the run before the first fine-tune, not after.
-        for p in tests.values() if cfg.write_test_predictions else []:
-            glue.read_test_examples(spec, p)
+def _check_inputs(cfg: GlueConfig, specs: Optional[list[glue.TaskSpec]] = None,
+                  ) -> tuple[list[glue.TaskSpec], dict[str, dict]]:
+    """Fail fast, before any Ray task starts: task names, files, every row's columns (unless ``specs``
+    says ``evaluation.inputs.check_glue_tasks`` already passed), model and vocab. Returns the task specs
+    and each task's cell inputs (``evaluation.cells.cell_inputs``)."""
+    specs = specs if specs is not None else check_glue_tasks(cfg)
     _, model_config, vocab = load_pretrained(cfg)
     vocab = resolve_vocab(cfg, vocab)
     return specs, {s.name: cell_inputs(cfg, model_config, vocab, s.name) for s in specs}
@@ -181,7 +130,7 @@ def _test_predictions_of(job: dict, task: dict) -> dict:
 def _write_test_predictions(cfg: GlueConfig, spec: glue.TaskSpec, best: dict) -> dict:
     """Submission TSVs from ``best`` (test file name -> predictions of the chosen run); returns {name: path}."""
     written = {}
-    _, _, tests = _task_files(cfg, spec)
+    _, _, tests = task_files(cfg, spec)
     for name, preds in best.items():
         examples = glue.read_test_examples(spec, tests[name], cfg.max_eval_examples)
         out = Path(cfg.output_dir) / "glue_test" / f"{name}.tsv"
@@ -216,12 +165,13 @@ def _keep_models(cfg: GlueConfig, grid: list[tuple], keys: list[str], best: dict
     return out
 
 
-def run_glue(cfg: GlueConfig) -> dict:
+def run_glue(cfg: GlueConfig, specs: Optional[list[glue.TaskSpec]] = None) -> dict:
     """Fine-tune every (task, lr, seed) as a Ray task; write results.json + report.md; return the results.
-    With ``predict_only``: predictions and dev scores of a kept fine-tuned model instead."""
+    With ``predict_only``: predictions and dev scores of a kept fine-tuned model instead. ``specs``: the
+    tasks as ``evaluation.inputs.check_glue_tasks`` returned them (their files are not read again)."""
     if cfg.predict_only:
         return predict_glue(cfg)
-    specs, inputs = _check_inputs(cfg)
+    specs, inputs = _check_inputs(cfg, specs)
     grid = [(spec.name, lr, seed) for spec in specs for lr in cfg.learning_rates for seed in cfg.seeds_of(spec.name)]
     cfg_data = cfg.model_dump(mode="json")
     keys = [cell_key(cfg_data, *g, inputs[g[0]]) for g in grid]  # by content: see evaluation.cells

@@ -23,7 +23,8 @@ from evaluation.config import GlueConfig
 from evaluation.finetune import forward_inputs, predict
 from evaluation.finetuned import load_finetuned, read_record
 from evaluation.metrics import PRIMARY_METRIC, glue_metrics
-from evaluation.modeling import job_device, model_format, resolve_vocab
+from evaluation.inputs import model_format
+from evaluation.modeling import job_device, resolve_vocab
 from evaluation.report import summarize, write_results
 from evaluation.runner import run_jobs, worker_threads
 from evaluation.text import bert_tokenizer, encode_texts

@@ -25,7 +25,8 @@ from contracts.common import UserError, atomic_path
 from contracts.storage import is_uri, location
 from data_jobs.tokenization import vocab_hash
 from evaluation.config import IntrinsicConfig
-from evaluation.modeling import job_device, load_checkpoint, load_pretrained, model_format
+from evaluation.inputs import model_format
+from evaluation.modeling import job_device, load_checkpoint, load_pretrained
 from evaluation.report import write_results
 from evaluation.runner import run_jobs, worker_threads
 

@@ -11,46 +11,14 @@ from typing import Optional
 
 import torch
 
-from bert_core.checkpoint import is_hf_dir, load_model_from_checkpoint
-from bert_core.identity import CHECKPOINTS, MARKER, STATE
+from bert_core.checkpoint import load_model_from_checkpoint
 from bert_core.hf import load_hf
 from bert_core.runtime import device_for
 from contracts.common import UserError
-from contracts.storage import is_uri
 from contracts.views import local_view
 from data_jobs.tokenization import read_vocab, vocab_hash
 from evaluation.config import EvalBase
-
-
-# What any bertflow checkpoint (even one cut short while saving) or run directory holds.
-CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
-
-
-def model_format(cfg: EvalBase) -> str:
-    """'hf' or 'checkpoint' (resolving 'auto' with bert_core's one test for an HF directory)."""
-    if is_uri(cfg.model_path):  # on an object store: a bertflow run or checkpoint, or a Hugging Face directory
-        from bert_core.remote_run import checkpoint_uri
-        from contracts.storage import location
-
-        if cfg.model_format != "hf" and checkpoint_uri(cfg.model_path) is not None:
-            return "checkpoint"
-        if cfg.model_format != "checkpoint" and location(cfg.model_path.rstrip("/")).exists("config.json") \
-                and is_hf_dir(local_view(cfg.model_path)):
-            return "hf"
-        raise UserError(f"{cfg.model_path.rstrip('/')}: not a model (neither a complete bertflow checkpoint or "
-                        "run, with a COMPLETE marker, nor a Hugging Face BERT directory with config.json and weights)")
-    path = Path(cfg.model_path)
-    if not path.exists():
-        raise UserError(f"{path}: model path not found")
-    if cfg.model_format != "auto":
-        return cfg.model_format
-    if is_hf_dir(path):
-        return "hf"
-    if not path.is_dir() or not any((path / n).exists() for n in CHECKPOINT_SIGNS):
-        # Not a half-saved checkpoint either: "killed while saving?" would send the user looking in vain.
-        raise UserError(f"{path}: not a model (neither a Hugging Face BERT directory with config.json and "
-                        "weights, nor a bertflow checkpoint or run directory)")
-    return "checkpoint"
+from evaluation.inputs import model_format
 
 
 def load_pretrained(cfg: EvalBase, checkpoint: Optional[str] = None):

@@ -11,7 +11,7 @@ import torch
 from evaluation.cells import cell_key
 from evaluation.config import FinetuneOptions, GlueConfig
 from evaluation.finetune import fit
-from evaluation.glue_eval import held_out_indices
+from evaluation.inputs import held_out_indices
 from evaluation.report import at_choice, markdown_report, summarize
 
 
