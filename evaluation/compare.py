@@ -110,32 +110,68 @@ def curve_dir(output_dir: str | Path, row_name: str, size: int) -> str:
     return f"{str(output_dir).rstrip('/')}/curve-{slug(row_name)}-n{size}"
 
 
-def learning_curve(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], out: str,
-                   curve: Mapping[str, Any]) -> dict[str, Any]:
-    """Every row fine-tuned on the first N training examples of ``curve["task"]`` for each N of
-    ``curve["sizes"]``, at ``curve["seeds"]`` (a row with seeds of its own, MiniLM's, keeps them), with the
-    grid's budget otherwise (its lr grid and how it chooses, ``epochs`` but not ``task_epochs``: a full-set
-    pass is no measure for 1,000 examples, batch; with ``select_on: train_split`` the N come after the
-    held-out examples); each (row, N) a GLUE grid of its own (``curve_dir``), resumable cell by cell. Returns
-    per row and N the dev metric's mean, std and seed count, and per random-init row and N the Welch
-    interval of its pretrained row minus it."""
-    task, sizes = curve["task"], list(curve["sizes"])
-    points: dict[str, dict[str, dict]] = {}
+def curve_grids(rows: Sequence[Mapping[str, Any]], glue: Mapping[str, Any], out: str,
+                curve: Mapping[str, Any]) -> list[tuple[str, int, GlueConfig]]:
+    """The learning curve's grids, ``(row name, N, config)``: every row fine-tuned on the first N training
+    examples of ``curve["task"]`` for each N of ``curve["sizes"]``, at ``curve["seeds"]`` (a row with seeds
+    of its own, MiniLM's, keeps them), with the grid's budget otherwise (its lr grid and how it chooses,
+    ``epochs`` but not ``task_epochs``: a full-set pass is no measure for 1,000 examples, batch; with
+    ``select_on: train_split`` the N come after the held-out examples); each (row, N) a GLUE grid of its
+    own (``curve_dir``), resumable cell by cell."""
+    grids = []
     for row in rows:
-        points[row["name"]] = {}
         seeds = row.get("glue", {}).get("seeds") or list(curve["seeds"])  # a costly reference keeps its own
-        for n in sizes:
-            over = {**row.get("glue", {}), "tasks": [task], "seeds": seeds, "task_seeds": {}, "task_epochs": {},
-                    "max_train_examples": n, "write_test_predictions": False, "save_models": "none"}
-            cfg = row_config({**glue, **over}, {**row, "glue": over, "glue_dir": curve_dir(out, row["name"], n)}, out)
-            t = run_staged("glue", cfg)["tasks"][cfg.tasks[0]]
-            points[row["name"]][str(n)] = {"metric": t["metric"], "mean": t["mean"], "std": t["std"],
-                                           "n": len(t["seeds"])}
+        for n in curve["sizes"]:
+            over = {**row.get("glue", {}), "tasks": [curve["task"]], "seeds": seeds, "task_seeds": {},
+                    "task_epochs": {}, "max_train_examples": n, "write_test_predictions": False,
+                    "save_models": "none"}
+            where = {**row, "glue": over, "glue_dir": curve_dir(out, row["name"], n)}
+            grids.append((row["name"], n, row_config({**glue, **over}, where, out)))
+    return grids
+
+
+def learning_curve(rows: Sequence[Mapping[str, Any]], curve: Mapping[str, Any],
+                   grids: Sequence[tuple[str, int, GlueConfig]], results: Sequence[Mapping]) -> dict[str, Any]:
+    """The curve from its grids' results (``curve_grids``, in that order): per row and N the dev metric's
+    mean, std and seed count, and per random-init row and N the Welch interval of its pretrained row
+    minus it."""
+    points: dict[str, dict[str, dict]] = {row["name"]: {} for row in rows}
+    for (name, n, cfg), res in zip(grids, results):
+        t = res["tasks"][cfg.tasks[0]]
+        points[name][str(n)] = {"metric": t["metric"], "mean": t["mean"], "std": t["std"], "n": len(t["seeds"])}
     diffs = {f"{p['name']} minus {r['name']}": {
         str(n): {"difference": _gain(points[p["name"]][str(n)], points[r["name"]][str(n)]),
-                 "interval": welch(points[p["name"]][str(n)], points[r["name"]][str(n)])} for n in sizes}
+                 "interval": welch(points[p["name"]][str(n)], points[r["name"]][str(n)])} for n in curve["sizes"]}
         for p, r in random_pairs(rows)}
     return {**dict(curve), "points": points, "differences": diffs}
+
+
+def _model_cost(cfg: GlueConfig) -> int:
+    """A fine-tuning step's relative cost from the model's config.json (layers x hidden^2); 0 if unread."""
+    try:
+        c = json.loads((Path(cfg.model_path) / "config.json").read_text(encoding="utf-8"))
+        return int(c["num_hidden_layers"]) * int(c["hidden_size"]) ** 2
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def run_grids(cfgs: Sequence[GlueConfig]) -> list[dict]:
+    """``run_staged("glue", cfg)`` for every config; the results in ``cfgs`` order. On Ray (``use_ray``)
+    every grid at once, one thread each submitting all its cells, the costliest model's grids started first:
+    the cluster packs the cells of all the grids, so no core idles through one grid's last cell (MiniLM's
+    take minutes each) while the cells of the next grid wait. In this process (``use_ray: false``) one grid
+    after another. A grid's error is raised once every grid has stopped (finished cells are kept)."""
+    if len(cfgs) < 2 or not all(c.use_ray for c in cfgs):
+        return [run_staged("glue", c) for c in cfgs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from data_jobs.ray_util import ensure_ray
+
+    ensure_ray(cfgs[0].ray_address)  # one session for the process, before the threads
+    with ThreadPoolExecutor(len(cfgs), thread_name_prefix="glue-grid") as pool:
+        started = {i: pool.submit(run_staged, "glue", cfgs[i])
+                   for i in sorted(range(len(cfgs)), key=lambda i: -_model_cost(cfgs[i]))}
+        return [started[i].result() for i in range(len(cfgs))]
 
 
 def compare_models(
@@ -151,10 +187,12 @@ def compare_models(
     ``{"name", "model_path", "random_init"}``; ``intrinsic``: row name -> that row's intrinsic results;
     ``cross``: row name -> ``{"task", "acc", "count"}`` on the other sentence task's held-out set."""
     out = str(output_dir).rstrip("/")
+    cfgs = [row_config(glue, row, out) for row in rows]
+    curve_at = curve_grids(rows, glue, out, curve) if curve else []
+    # in place, or on scratch and uploaded (an object-store output); on Ray every grid at once
+    results = run_grids(cfgs + [cfg for _, _, cfg in curve_at])
     table: list[dict[str, Any]] = []
-    for row in rows:
-        cfg = row_config(glue, row, out)
-        res = run_staged("glue", cfg)  # in place, or on scratch and uploaded (an object-store output)
+    for row, cfg, res in zip(rows, cfgs, results):
         table.append({
             "name": row["name"], "model_path": str(row["model_path"]), "random_init": cfg.random_init,
             "seeds": list(cfg.seeds), "learning_rates": list(cfg.learning_rates),
@@ -180,7 +218,7 @@ def compare_models(
     }
     comparison["differences"] = differences(comparison)  # Welch intervals, as the report prints them
     if curve:
-        comparison["learning_curve"] = learning_curve(rows, glue, out, curve)
+        comparison["learning_curve"] = learning_curve(rows, curve, curve_at, results[len(rows):])
     with staged(out) as here:  # the directory itself, or node-local scratch uploaded afterwards
         write_json_atomic(here / "comparison.json", comparison)
         plot_comparison(comparison, here / "comparison.png")

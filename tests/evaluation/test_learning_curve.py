@@ -43,14 +43,17 @@ def test_a_curve_adds_cells_not_a_new_budget_and_no_curve_keeps_the_stage_hash(t
 
 
 @pytest.mark.slow
-def test_every_row_at_every_size_with_an_interval_per_size(tiny_hf, shared_data, tmp_path):
+def test_every_row_at_every_size_with_an_interval_per_size(tiny_hf, shared_data, ray_local, tmp_path):
+    """On Ray the rows' grids and the curve's run at once (evaluation.compare.run_grids); in process, one
+    after another: the same cells, so a rerun in process reuses every one and reports the same figures."""
     from evaluation.compare import compare_models, compare_stage, curve_dir
 
     rows = [{"name": "pretrained", "model_path": str(tiny_hf), "random_init": False},
             {"name": "random init", "model_path": str(tiny_hf), "random_init": True}]
     glue = {**GLUE, "glue_dir": str(shared_data / "glue")}
     out = tmp_path / "compare"
-    comp = compare_models(rows, glue, out, curve=CURVE)
+    comp = compare_models(rows, {**glue, "use_ray": True}, out, curve=CURVE)
+    assert [r["cells_ran"] for r in comp["rows"]] == [1, 1]
     lc = comp["learning_curve"]
     assert set(lc["points"]) == {"pretrained", "random init"}
     for name in lc["points"]:
@@ -67,5 +70,6 @@ def test_every_row_at_every_size_with_an_interval_per_size(tiny_hf, shared_data,
     assert "Learning curve: SST-2 dev metric x100" in md and "| **16** |" in md and "| 8 |" in md
     # the comparison's directory owns the curve's grids: a rerun's foreign-file check does not refuse them
     assert {f"curve-pretrained-n{n}" for n in (8, 16)} <= compare_stage(out, rows, CURVE).owns
-    again = compare_models(rows, glue, out, curve=CURVE)  # every cell reused, the same figures
-    assert again["learning_curve"]["points"] == lc["points"]
+    again = compare_models(rows, glue, out, curve=CURVE)  # in process: every cell reused, the same figures
+    assert again["learning_curve"]["points"] == lc["points"] and [r["cells_ran"] for r in again["rows"]] == [0, 0]
+    assert [r["tasks"] for r in again["rows"]] == [r["tasks"] for r in comp["rows"]]
