@@ -22,7 +22,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-LINE = re.compile(r"^(\d\d:\d\d:\d\d)\.\d+ \| \w+ +\| (?:Task run|Flow run) '([^']+)' - (.*)$")
+LINE = re.compile(r"^(\d\d:\d\d:\d\d)\.\d+ \| \w+ +\| (Task run|Flow run) '([^']+)' - (.*)$")
 
 
 def _seconds(hms: str) -> int:
@@ -43,8 +43,8 @@ def task_spans(log: Path) -> list[tuple[str, str, str]]:
         m = LINE.match(line)
         if not m:
             continue
-        t, name, msg = m.groups()
-        if msg.startswith("Beginning "):  # a flow run: not a stage
+        t, kind, name, msg = m.groups()
+        if kind == "Flow run":  # the flows hold the stages: only their task runs are spans
             continue
         starts = open_runs.setdefault(name, [])
         if msg.startswith("Finished in state"):

@@ -5,13 +5,13 @@
 # learning curve, zero-shot STS-B). Writes the timing to OUT_DIR/recipe_cpu_tiny_<stamp>.txt and copies the
 # report (comparison.md, .json, .png) into REPORT_DIR, its paths made relative to the clone (bench/relative_paths.py).
 #   bash bench/time_recipe.sh [RECIPE] [OUT_DIR] [REPORT_DIR]
-#   (defaults: recipes/cpu-tiny.yaml, docs/results/timings, docs/results/cpu-tiny-<date>)
+#   (defaults: recipes/cpu-tiny.yaml, docs/results/timings, docs/results/cpu-tiny-<stamp>, stamp = UTC start)
 set -u
 src=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 recipe=${1:-recipes/cpu-tiny.yaml}
 out_dir=$(cd "${2:-$src/docs/results/timings}" && pwd)
 stamp=$(date -u '+%Y-%m-%d_%H%M')
-report_dir=${3:-$src/docs/results/$(basename "$recipe" .yaml)-$(date -u '+%Y-%m-%d')}
+report_dir=${3:-$src/docs/results/$(basename "$recipe" .yaml)-$stamp}  # its own folder: never an earlier run's
 base=$(cd "$src/.." && pwd)
 work="$base/fresh-recipe-$stamp"
 git clone -q -b main "$src" "$work" && cd "$work" || exit 1
@@ -28,7 +28,8 @@ t2=$(date +%s)
 kill "$sampler"
 read -r wall_s rss_kb < <(tail -1 "$work.time")
 load=$(sort -n "$work.load" | awk '{a[NR]=$1; s+=$1} END {if (NR) printf "min %.2f, max %.2f, mean %.1f (%d samples)", a[1], a[NR], s/NR, NR}')
-report=$(ls -d runs/*/compare/*/ 2>/dev/null | head -1)
+found=$(ls runs/*/compare/*/comparison.json 2>/dev/null | head -1)  # the report's folder, not a reference row's cells
+report=${found:+$(dirname "$found")}
 if [ "$rc" = 0 ] && [ -n "$report" ]; then
   mkdir -p "$report_dir" && cp "$report"/comparison.md "$report"/comparison.json "$report"/comparison.png "$report_dir/"
   # the copies name paths relative to the clone, not this machine's folders
@@ -45,5 +46,10 @@ install:  $((t1 - t0)) s (exit $rc_install)
 recipe:   $((t2 - t1)) s wall (exit $rc), peak RSS $((rss_kb / 1024)) MB (largest single process, /usr/bin/time)
 total:    $((t2 - t0)) s from the clone to the report
 report:   $report -> ${report_dir#"$src"/}
+
+Where the wall time went (bench/recipe_times.py: the flow log's task spans, the GLUE cells' finish times;
+paths relative to the clone):
+$([ -n "$report" ] && "$work/.venv/bin/python" "$src/bench/recipe_times.py" --log "$work.log" \
+   --output-root "$(dirname "$(dirname "$report")")" 2>&1 | sed "s|$work/||g")
 EOF
 echo "recipe: exit $rc in $((t2 - t1)) s; log $work.log"
