@@ -137,6 +137,18 @@ MEASUREMENTS = {
     ("docs/results/cpu-tiny-2026-12-05/comparison.md", "zero-shot STS-B, pretrained"): (
         r"\| pretrained \(this pipeline\) \| (\d+\.\d) \|\n",
         r"zero-shot STS-B (\d+\.\d) vs"),
+    ("docs/results/cpu-tiny-2026-12-05_0720/comparison.md", "STS-B, pretrained − random init"): (
+        r"\| pretrained \(this pipeline\) − random init \(same shape\) \|(?:[^|]*\|){4}\s*([+\-]?\d+\.\d)",
+        r"(?<!zero-shot )STS-B \d+\.\d vs \d+\.\d \(([+\-−]\d+\.\d)"),
+    ("docs/results/cpu-tiny-2026-12-05_0720/comparison.md", "GLUE average, pretrained"): (
+        r"\| pretrained \(this pipeline\) \|(?:[^|]*\|){5}\s*(\d+\.\d) ±",
+        r"GLUE average (\d+\.\d) vs"),
+    ("docs/results/cpu-tiny-2026-12-05_0720/comparison.md", "SST-2 at 2,000 examples, pretrained"): (
+        r"\| \*\*2000\*\* \| (\d+\.\d) ±",
+        r"2,000 examples\)?\s+SST-2 (\d+\.\d) vs"),
+    ("docs/results/cpu-tiny-2026-12-05_0720/comparison.md", "zero-shot STS-B, pretrained"): (
+        r"\| pretrained \(this pipeline\) \| (\d+\.\d) \|\n",
+        r"zero-shot STS-B (\d+\.\d) vs"),
     ("docs/results/cpu-tiny/comparison.md", "held-out NSP accuracy, pretrained"): (
         r"\| pretrained \(this pipeline\) \|(?:[^|]*\|){7}\s*(\d+\.\d)",
         r"(\d+\.\d) % on held-out NSP pairs"),
