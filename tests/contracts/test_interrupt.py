@@ -4,6 +4,7 @@ the dead server would retry for minutes. Each case is a real process group signa
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,7 +124,10 @@ def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_runn
                                 env={**env, "PYTHONPATH": str(REPO), "BERTFLOW_INTERRUPT_GRACE_S": "10"},
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
-    while "train:" not in log.read_text(errors="replace"):  # training has started
+    # Training has started: its progress bar, not the stage line "stage train:<phase>: running" printed
+    # before the launcher imports torch. (A SIGTERM to the group during that import once ended the command
+    # with SIGABRT, rc -6, in a CI run: not handled yet, and not the case this test checks.)
+    while not re.search(r"train:\s+\d+%", log.read_text(errors="replace")):
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(1)
     if how == "ctrl-c to the group":
