@@ -1,6 +1,6 @@
 """What an evaluation can refuse before torch loads: the model path (``model_format``) and, for GLUE,
-the task names, the task files and every row in them (``check_glue_tasks``). ``evaluation.run_*`` call
-these first, so a user error is one line in well under a second instead of after the imports of the
+the task names, the task files and every row in them (``check_glue_tasks``). ``evaluation.run_glue``
+calls them first, so a user error is one line in well under a second instead of after the imports of the
 fine-tuning stack (torch, the metrics' scipy and scikit-learn: seconds). Imports neither torch nor Ray.
 """
 from __future__ import annotations
