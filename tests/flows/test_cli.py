@@ -88,3 +88,21 @@ def test_help_and_config_errors_import_no_torch(argv):
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=HANG_S)
     assert proc.stderr.strip().splitlines()[-1] == "False", proc.stderr
     assert proc.returncode == (0 if "--help" in argv else 2), proc.stderr
+
+
+def test_user_errors_in_glue_and_train_inputs_import_no_torch(tmp_path):
+    """An unknown GLUE task or a missing training data dir is one line before torch is imported
+    (evaluation.inputs, the launcher's manifest check)."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, sys; atexit.register(lambda: print('torch' in sys.modules, file=sys.stderr)); "
+            "from flows.cli import main; sys.exit(main(sys.argv[1:]))")
+    for argv, named in ((["eval", "glue", "--tasks", "RTX", "--model", str(tmp_path), "--glue-dir", str(tmp_path),
+                          "--output-dir", str(tmp_path / "out")], "unknown GLUE task 'RTX'"),
+                        (["train", "--data-dir", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "run")],
+                         str(tmp_path / "nope"))):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=HANG_S)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and err[-1] == "False", proc.stderr
+        assert len(err) == 2 and err[0].startswith("bertflow: error: ") and named in err[0], proc.stderr
