@@ -3,18 +3,24 @@ the feature-based BiLSTM), held-out MLM/NSP over checkpoints. Each ``run_*`` fan
 tasks, writes ``results.json`` + ``report.md`` into ``cfg.output_dir`` and returns the results.
 
 Imports are lazy so ``bertflow eval --help`` and the flows layer stay light, and ``run_glue`` first checks
-what can be refused without torch (``evaluation.inputs``): a user error there costs no heavy import.
+what can be refused without torch (``evaluation.inputs``; ``evaluation.runner.preflight`` for a stage run):
+a user error there costs no heavy import.
 """
 from __future__ import annotations
 
 from typing import Any
 
 
-def run_glue(cfg) -> dict[str, Any]:
+def run_glue(cfg, checked: bool = False) -> dict[str, Any]:
+    """``checked``: ``evaluation.runner.preflight`` has checked the tasks' files and the model (a stage run
+    through ``evaluation.runner``); their files are not read again."""
+    from evaluation.glue import get_task
     from evaluation.inputs import check_glue_tasks, model_format
 
     specs = None
-    if not cfg.predict_only:  # (predict_only checks its kept model first: evaluation.glue_predict)
+    if not cfg.predict_only and checked:
+        specs = [get_task(t) for t in cfg.tasks]
+    elif not cfg.predict_only:  # (predict_only checks its kept model first: evaluation.glue_predict)
         specs = check_glue_tasks(cfg)
         model_format(cfg)
     from evaluation.glue_eval import run_glue as _run

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from bert_core.identity import identity
-from contracts.common import Status, UserError, write_json_atomic
+from contracts.common import Status, UserError, stable_hash, write_json_atomic
 from contracts.stage import StageDir, store_for
 from contracts.storage import is_uri, location
 from data_jobs.fanout import fan_out
@@ -77,8 +77,50 @@ def worker_threads(n: int) -> None:
 # ---------------------------------------------------------------- stage status (CLI and flows)
 
 def input_identity(cfg: EvalBase) -> dict[str, Optional[str]]:
-    """Content identity of every input of the evaluation (model, vocab, task data), not their paths."""
-    return {name: identity(getattr(cfg, name)) for name in sorted(type(cfg).input_fields)}
+    """Content identity of every input of the evaluation (model, vocab, task data), not their paths. GLUE's
+    task data is the selected tasks' directories only, as each cell's (``evaluation.cells``): another task's
+    files changing changes nothing here, and a glue_dir with far more in it is not read whole."""
+    found = {}
+    for name in sorted(type(cfg).input_fields):
+        value = getattr(cfg, name)
+        if name == "glue_dir" and value is not None:
+            from contracts.views import view_of
+            from evaluation.glue import get_task
+
+            tasks = sorted({get_task(t).name for t in cfg.tasks})  # (a URI: this node's copy of each task)
+            found[name] = stable_hash({t: identity(view_of(value, t)) for t in tasks})
+        elif name == "conll_dir" and value is not None:  # the two files NER reads (evaluation.ner_eval)
+            from contracts.views import view_of
+
+            files = sorted({"train.txt", f"{cfg.eval_split}.txt"})
+            found[name] = stable_hash({f: identity(view_of(value, f)) for f in files})
+        else:
+            found[name] = identity(value)
+    return found
+
+
+def preflight(kind: str, cfg: EvalBase) -> None:
+    """What is refused before any input is hashed (``input_identity`` reads every file of a model or task
+    directory): the locations, file options that name a directory, the held-out dataset's manifest, GLUE's
+    tasks (every row), and the model path (``evaluation.inputs.model_format``). Torch-free, so a user error
+    costs neither a heavy import nor a walk through a wrong directory (a home, ``/``)."""
+    check_locations(cfg)
+    for name in sorted(type(cfg).input_fields):  # a file option given a directory: said, not walked
+        value = getattr(cfg, name)
+        if name.endswith("_file") and value is not None and not is_uri(value) and Path(value).is_dir():
+            raise UserError(f"{name}: {value} is a directory, not a file")
+    if kind == "intrinsic":  # the held-out instances: a finished dataset (its manifest is its identity)
+        from contracts.schema import Manifest
+
+        Manifest.read(cfg.instances_dir, kind="instances")
+    if kind == "glue" and not cfg.predict_only:  # (predict_only: evaluation.glue_predict checks its model)
+        from evaluation.inputs import check_glue_tasks
+
+        check_glue_tasks(cfg)  # every row, before the model: a bad row is said before a bad model path
+    if kind != "intrinsic" or not is_uri(cfg.model_path):  # (intrinsic checks a run on a store itself)
+        from evaluation.inputs import model_format
+
+        model_format(cfg)
 
 
 # Every name an evaluation writes into its output directory (contracts.stage: ours once announced; in a
@@ -100,7 +142,7 @@ def check_locations(cfg: EvalBase) -> None:
 def status(kind: str, cfg: EvalBase) -> Status:
     """done | partial | absent for evaluation ``kind`` with this config and these inputs (only GLUE
     continues a partial run, from its cells; the others redo anything short of done)."""
-    check_locations(cfg)
+    preflight(kind, cfg)
     state = stage_dir(kind, cfg).status(cfg.config_hash(), lambda: input_identity(cfg))
     if state.done and not store_for(cfg.output_dir).exists(RESULTS):  # records before the file list
         return Status("absent", f"{RESULTS} missing", state.inputs)
@@ -124,18 +166,20 @@ def evaluate(kind: str, cfg: EvalBase, state: Optional[Status] = None) -> dict:
         sd.refuse_foreign("files no evaluation wrote", advice="move them or use another output_dir")
         chash, inputs = cfg.config_hash(), input_identity(cfg)
         with sd.writing(chash, inputs, EVAL_FILES):
-            results = run_staged(kind, cfg)
+            results = run_staged(kind, cfg, checked=True)  # (status, above, ran preflight)
         sd.commit(sd.present(EVAL_FILES), chash, inputs)
     return results
 
 
-def run_staged(kind: str, cfg: EvalBase) -> dict:
+def run_staged(kind: str, cfg: EvalBase, checked: bool = False) -> dict:
     """``run_<kind>(cfg)`` where its output_dir is: in place when local; on an object store written on
-    node-local scratch (holding the cells already there), its results naming the store, then uploaded."""
+    node-local scratch (holding the cells already there), its results naming the store, then uploaded.
+    ``checked``: ``preflight`` passed (``evaluate`` after ``status``), so GLUE's files are not read again."""
     import evaluation  # the package runs run_<kind>; imported here: it imports this module
 
     with staged_output(cfg) as local:
-        results = getattr(evaluation, f"run_{kind}")(local)
+        run = getattr(evaluation, f"run_{kind}")
+        results = run(local, checked=True) if kind == "glue" and checked else run(local)
         out = Path(local.output_dir)
         if local is not cfg:  # written on scratch: the results name the object store, then go there
             results = rebased(results, local.output_dir, cfg.output_dir)

@@ -15,8 +15,22 @@ from evaluation.config import IntrinsicConfig
 BODY = b"# my own report\nkeep me\n"
 
 
+def _inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """(a model path, a held-out dataset) that pass the checks made before the output directory's
+    (evaluation.runner.preflight): a directory with a checkpoint's config file, an instances manifest."""
+    from contracts.common import stable_hash
+    from contracts.schema import Manifest
+
+    model, heldout = tmp_path / "model", tmp_path / "heldout"
+    model.mkdir(exist_ok=True)
+    (model / "model_config.json").write_text("{}")
+    Manifest(kind="instances", config={}, config_hash=stable_hash({}), files=[], totals={}).write(heldout)
+    return model, heldout
+
+
 def _argv(out: Path, tmp_path: Path) -> list[str]:
-    return ["intrinsic", "--model", str(tmp_path / "model"), "--instances-dir", str(tmp_path / "heldout"),
+    model, heldout = _inputs(tmp_path)
+    return ["intrinsic", "--model", str(model), "--instances-dir", str(heldout),
             "--output-dir", str(out), "--no-ray", "--no-progress"]
 
 
@@ -36,7 +50,8 @@ def test_user_file_in_a_fresh_eval_dir_is_refused_and_untouched(tmp_path, capsys
 def test_user_file_beside_a_finished_evaluation_is_refused(tmp_path, capsys):
     """Our own earlier results are ours to redo; a user's file put beside them is not."""
     out = tmp_path / "eval"
-    cfg = IntrinsicConfig(model_path=str(tmp_path / "model"), instances_dir=str(tmp_path / "heldout"),
+    model, heldout = _inputs(tmp_path)
+    cfg = IntrinsicConfig(model_path=str(model), instances_dir=str(heldout),
                           output_dir=str(out), use_ray=False, show_progress=False)
     sd = runner.stage_dir("intrinsic", cfg)
     sd.begin("an earlier config", {}, runner.EVAL_FILES)
@@ -74,3 +89,74 @@ def test_jobs_in_this_process_give_torch_threads_back(tmp_path):
         assert torch.get_num_threads() == before
     finally:
         torch.set_num_threads(before)
+
+
+def _unreadable(path: Path) -> None:
+    """A file every read of fails (EIO): a link to this process's own memory at offset 0."""
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs /proc/self/mem (Linux) for a file that cannot be read")
+    path.symlink_to("/proc/self/mem")
+    with pytest.raises(OSError):
+        path.read_bytes()
+
+
+def _hf_dir(path: Path) -> Path:
+    """What evaluation.inputs.model_format takes for a Hugging Face directory (weights are loaded later)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def test_a_wrong_directory_is_refused_without_being_read(tmp_path):
+    """A model path, held-out dataset or file option pointing at the wrong directory (a home, ``/``) is
+    one line, exit 2, before any input is hashed: the directory holds a file no read succeeds on, so a
+    command that walked it to hash every file would fail on that read instead."""
+    import subprocess
+    import sys
+
+    from hang import HANG_S
+
+    wrong = tmp_path / "home"
+    (wrong / "projects").mkdir(parents=True)
+    (wrong / "projects" / "notes.txt").write_text("mine\n")
+    _unreadable(wrong / "projects" / "mem")
+    glue = tmp_path / "glue" / "SST-2"
+    glue.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (glue / name).write_text("sentence\tlabel\na fine film\t1\n")
+    hf, heldout = _hf_dir(tmp_path / "hf"), _inputs(tmp_path)[1]
+    out = ["--output-dir", str(tmp_path / "out"), "--no-ray"]
+    cases = [
+        (["glue", "--model-path", str(wrong), "--glue-dir", str(glue.parent)], f"{wrong}: not a model"),
+        (["squad", "--model-path", str(wrong), "--dev-file", str(tmp_path / "dev.json")], f"{wrong}: not a model"),
+        (["squad", "--model-path", str(hf), "--dev-file", str(wrong)], f"dev_file: {wrong} is a directory, not a file"),
+        (["ner", "--model-path", str(wrong), "--conll-dir", str(tmp_path)], f"{wrong}: not a model"),
+        (["intrinsic", "--model-path", str(wrong), "--instances-dir", str(heldout)], f"{wrong}: not a model"),
+        (["intrinsic", "--model-path", str(hf), "--instances-dir", str(wrong)], f"{wrong}/manifest.json: no manifest"),
+    ]
+    for argv, message in cases:
+        proc = subprocess.run([sys.executable, "-m", "flows.cli", "eval", *argv, *out], capture_output=True,
+                              text=True, timeout=HANG_S, cwd=Path(__file__).resolve().parents[2])
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and err[0].startswith(f"bertflow: error: {message}"), (argv, err)
+    assert sorted(p.name for p in wrong.rglob("*")) == ["mem", "notes.txt", "projects"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_glue_input_identity_is_the_selected_tasks_data(tmp_path):
+    """A GLUE evaluation's record names the content of the tasks it runs, as its cells do: another task's
+    files may change (or be unreadable) without making a finished evaluation stale, or being read."""
+    from evaluation.config import GlueConfig
+
+    for task in ("SST-2", "MNLI"):
+        d = tmp_path / "glue" / task
+        d.mkdir(parents=True)
+        (d / "train.tsv").write_text("sentence\tlabel\na fine film\t1\n")
+    cfg = GlueConfig(model_path=str(_hf_dir(tmp_path / "hf")), glue_dir=str(tmp_path / "glue"), tasks=["sst-2"],
+                     output_dir=str(tmp_path / "out"))
+    before = runner.input_identity(cfg)
+    (tmp_path / "glue" / "MNLI" / "train.tsv").write_text("changed\n")
+    _unreadable(tmp_path / "glue" / "MNLI" / "mem")
+    assert runner.input_identity(cfg) == before
+    (tmp_path / "glue" / "SST-2" / "train.tsv").write_text("sentence\tlabel\na dull film\t0\n")
+    assert runner.input_identity(cfg)["glue_dir"] != before["glue_dir"]
