@@ -23,6 +23,17 @@ STATE = "trainer_state.json"  # in each checkpoint
 MARKER = "COMPLETE"  # in each checkpoint, written last, with every file's size and SHA-256
 
 
+# What any bertflow checkpoint (even one cut short while saving) or run directory holds.
+CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
+
+
+def looks_like_model(path: str | Path) -> bool:
+    """A Hugging Face directory, or a bertflow checkpoint or run directory, complete or not: what a model
+    path must at least look like before its content is hashed (a home directory or ``/`` does not)."""
+    p = Path(path)
+    return is_hf_dir(p) or (p.is_dir() and any((p / n).exists() for n in CHECKPOINT_SIGNS))
+
+
 def is_hf_dir(path: str | Path) -> bool:
     """The one test for "this is a Hugging Face directory" (training's init_from, checkpoint loading,
     evaluation's model_format auto): a config.json and not a bertflow checkpoint or run directory.

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from bert_core import rank
 from bert_core.remote_run import scratch_mirror
-from bert_core.stage import TrainResult
+from bert_core.stage import TrainResult, check_init_from
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, run_main
 from contracts.schema import Manifest
@@ -63,8 +63,9 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
     """Train (or resume) one run as ``config.launcher`` says; returns the result read from the run dir
     (``cpus_per_worker``: the CPUs each Ray Train worker reserves, default 1)."""
     if config.launcher == "local" or is_rank():
-        if not is_rank():  # a missing or foreign data dir: one line before torch loads (train repeats it)
+        if not is_rank():  # a missing or foreign data dir or init_from: one line before torch loads (train repeats it)
             Manifest.read(config.data_dir, kind="instances")
+            check_init_from(config)
         from bert_core import train  # torch: imported only once a valid config is to be trained
 
         return train.run(config, resume=resume)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG, STATE, identity
+from bert_core.identity import CHECKPOINTS, MARKER, METRICS_FILE, RUN_CONFIG, STATE, identity, looks_like_model
 from bert_core.train_config import TrainConfig
 from contracts.common import Status
 from contracts.stage import StageDir
@@ -82,7 +82,24 @@ def latest_checkpoint(run_dir: str | Path) -> Optional[Path]:
 
 def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
     """Content identity of the run's inputs (the instances dataset, the init weights), not their paths."""
+    check_init_from(config)
     return {name: identity(getattr(config, name)) for name in sorted(TrainConfig.input_fields)}
+
+
+def check_init_from(config: TrainConfig) -> None:
+    """A local ``init_from`` that is missing or no model at all (a home directory, ``/``): one line, before
+    its content is hashed or torch loads. (One on an object store: ``bert_core.train._local_model``.)"""
+    from contracts.common import UserError
+    from contracts.storage import is_uri
+
+    if config.init_from is None or is_uri(config.init_from):
+        return
+    path = Path(config.init_from)
+    if not path.exists():
+        raise UserError(f"init_from: {path}: checkpoint not found")
+    if not looks_like_model(path):
+        raise UserError(f"init_from: {path}: not a model (neither a bertflow checkpoint or run directory nor a "
+                        "Hugging Face BERT directory with config.json)")
 
 
 RUN_FILES = frozenset({RUN_CONFIG, METRICS_FILE, CHECKPOINTS, "tensorboard"})  # what a run writes

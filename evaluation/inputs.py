@@ -9,15 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_core.identity import CHECKPOINTS, MARKER, STATE, is_hf_dir
+from bert_core.identity import is_hf_dir, looks_like_model
 from contracts.common import UserError
 from contracts.storage import is_uri
 from contracts.views import local_view, view_of
 from evaluation import glue
 from evaluation.config import EvalBase, GlueConfig
-
-# What any bertflow checkpoint (even one cut short while saving) or run directory holds.
-CHECKPOINT_SIGNS = (MARKER, STATE, "model_config.json", "engine", CHECKPOINTS)
 
 
 def model_format(cfg: EvalBase) -> str:
@@ -40,7 +37,7 @@ def model_format(cfg: EvalBase) -> str:
         return cfg.model_format
     if is_hf_dir(path):
         return "hf"
-    if not path.is_dir() or not any((path / n).exists() for n in CHECKPOINT_SIGNS):
+    if not looks_like_model(path):
         # Not a half-saved checkpoint either: "killed while saving?" would send the user looking in vain.
         raise UserError(f"{path}: not a model (neither a Hugging Face BERT directory with config.json and "
                         "weights, nor a bertflow checkpoint or run directory)")

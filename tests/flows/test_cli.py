@@ -91,17 +91,28 @@ def test_help_and_config_errors_import_no_torch(argv):
 
 
 def test_user_errors_in_glue_and_train_inputs_import_no_torch(tmp_path):
-    """An unknown GLUE task or a missing training data dir is one line before torch is imported
-    (evaluation.inputs, the launcher's manifest check)."""
+    """An unknown GLUE task, a missing training data dir or an init_from that is no model (here a directory
+    holding a file every read of fails, so hashing it would fail instead) is one line before torch is
+    imported (evaluation.inputs, the launcher's checks)."""
     import subprocess
     import sys
 
+    from contracts.common import stable_hash
+    from contracts.schema import Manifest
+
+    data, home = tmp_path / "data", tmp_path / "home"
+    Manifest(kind="instances", config={}, config_hash=stable_hash({}), files=[], totals={}).write(data)
+    home.mkdir()
+    (home / "mem").symlink_to("/proc/self/mem")
+    train = ["train", "--data-dir", str(data), "--output-dir", str(tmp_path / "run"), "--init-from"]
     code = ("import atexit, sys; atexit.register(lambda: print('torch' in sys.modules, file=sys.stderr)); "
             "from flows.cli import main; sys.exit(main(sys.argv[1:]))")
     for argv, named in ((["eval", "glue", "--tasks", "RTX", "--model", str(tmp_path), "--glue-dir", str(tmp_path),
                           "--output-dir", str(tmp_path / "out")], "unknown GLUE task 'RTX'"),
                         (["train", "--data-dir", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "run")],
-                         str(tmp_path / "nope"))):
+                         str(tmp_path / "nope")),
+                        ([*train, str(home)], f"init_from: {home}: not a model"),
+                        ([*train, str(tmp_path / "gone")], "checkpoint not found")):
         proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=HANG_S)
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and err[-1] == "False", proc.stderr
