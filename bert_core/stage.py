@@ -176,6 +176,17 @@ def export_source(checkpoint_or_run_dir: str | Path) -> Optional[Path]:
 
 
 def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:
-    """Export stage: done when ``out_dir`` holds the export of exactly this checkpoint's content."""
+    """Export stage: done when ``out_dir`` holds the export of exactly this checkpoint's content. A local
+    source that is missing or no model at all (a home directory, ``/``) is one line before it is hashed."""
+    from contracts.common import UserError
+    from contracts.storage import is_uri
+
+    if not is_uri(checkpoint_or_run_dir):
+        src = Path(checkpoint_or_run_dir)
+        if not src.exists():
+            raise UserError(f"{src}: checkpoint not found")
+        if not looks_like_model(src):
+            raise UserError(f"{src}: not a checkpoint (neither a bertflow checkpoint or run directory nor a "
+                            "Hugging Face BERT directory with config.json)")
     return export_stage(out_dir).status(
         EXPORT_HASH, lambda: {"checkpoint": identity(export_source(checkpoint_or_run_dir))})

@@ -59,6 +59,14 @@ def test_cli_export_and_bad_paths(run_dir, tmp_path, capsys):
     assert main_export(["--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint not found" in err[0] and not (tmp_path / "x").exists()
+    # The wrong directory (a home): said before it is hashed; it holds a file every read of fails on.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "mem").symlink_to("/proc/self/mem")
+    assert main_export(["--checkpoint", str(home), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertflow: error: {home}: not a checkpoint (neither a bertflow checkpoint or run directory nor a "
+                   "Hugging Face BERT directory with config.json)"] and not (tmp_path / "x").exists()
 
 
 def test_user_file_in_export_dir_is_refused_and_untouched(run_dir, tmp_path, capsys):
