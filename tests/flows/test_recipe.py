@@ -149,6 +149,7 @@ def test_smoke_recipe_report_has_three_rows_with_numbers(smoke_run, monkeypatch,
     ({"comparison": None}, "comparison.glue.glue_dir: Field required"),  # the smoke overlay gives the rest
     ({"smoke": {}}, "--smoke: the recipe has no smoke overlay"),
     ({"comparison.minilm_path": "/nonexistent/minilm"}, "comparison.minilm_path: /nonexistent/minilm not found"),
+    ({"comparison.minilm_path": "/"}, "comparison.minilm_path: / is not a Hugging Face BERT directory"),
 ])
 def test_bad_recipe_is_one_line_exit_2(edit, message, tmp_path, monkeypatch, capsys):
     import yaml
