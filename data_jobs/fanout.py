@@ -315,6 +315,29 @@ def _feed_pool(ex: ProcessPoolExecutor, fn, calls, slots: int, shared, where, ta
             fut.cancel()
 
 
+_thread = threading.local()
+
+
+@contextmanager
+def when_submitted(callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback()`` once a Ray fan-out of this thread has queued its first calls (all of them, up to
+    ``max_in_flight``), and at the latest when the block ends. A caller that starts several fan-outs from
+    threads (``evaluation.compare.run_grids``) queues them in the order it wants, since Ray starts queued
+    tasks about first come, first served."""
+    _thread.submitted = callback
+    try:
+        yield
+    finally:
+        if _thread.__dict__.pop("submitted", None) is not None:  # no fan-out called it
+            callback()
+
+
+def _notify_submitted() -> None:
+    callback = _thread.__dict__.pop("submitted", None)
+    if callback is not None:
+        callback()
+
+
 def _run_ray(fn, calls, limit, resources, ray_address, shared, max_retries, where, bar) -> list:
     import ray
 
@@ -338,6 +361,7 @@ def _run_ray(fn, calls, limit, resources, ray_address, shared, max_retries, wher
         while nxt < len(calls) and len(pending) < limit:
             pending[remote.remote(fn, where, calls[nxt], keys, storage, *refs)] = nxt
             nxt += 1
+        _notify_submitted()
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
             results[pending.pop(ref)] = _check(_ray_get(ray, ref, where))

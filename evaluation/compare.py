@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import threading
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -157,9 +158,11 @@ def _model_cost(cfg: GlueConfig) -> int:
 
 def run_grids(cfgs: Sequence[GlueConfig]) -> list[dict]:
     """``run_staged("glue", cfg)`` for every config; the results in ``cfgs`` order. On Ray (``use_ray``)
-    every grid at once, one thread each submitting all its cells, the costliest model's grids started first:
-    the cluster packs the cells of all the grids, so no core idles through one grid's last cell (MiniLM's
-    take minutes each) while the cells of the next grid wait. In this process (``use_ray: false``) one grid
+    every grid at once, one thread each submitting all its cells, the costliest model's cells queued first
+    (each grid's thread starts once the one before has queued its cells: Ray runs queued tasks about in
+    order): the cluster packs the cells of all the grids, so no core idles through one grid's last cell
+    (MiniLM's take minutes each) while the cells of the next grid wait, and the longest cells do not come
+    last. In this process (``use_ray: false``) one grid
     after another. A grid's error is raised once every grid has stopped (finished cells are kept)."""
     if len(cfgs) < 2 or not all(c.use_ray for c in cfgs):
         return [run_staged("glue", c) for c in cfgs]
@@ -168,10 +171,21 @@ def run_grids(cfgs: Sequence[GlueConfig]) -> list[dict]:
     from data_jobs.ray_util import ensure_ray
 
     ensure_ray(cfgs[0].ray_address)  # one session for the process, before the threads
+    started = {}
     with ThreadPoolExecutor(len(cfgs), thread_name_prefix="glue-grid") as pool:
-        started = {i: pool.submit(run_staged, "glue", cfgs[i])
-                   for i in sorted(range(len(cfgs)), key=lambda i: -_model_cost(cfgs[i]))}
+        for i in sorted(range(len(cfgs)), key=lambda i: -_model_cost(cfgs[i])):
+            queued = threading.Event()
+            started[i] = pool.submit(_grid_queued, cfgs[i], queued.set)
+            queued.wait()  # its cells are queued (or it is done): the next, cheaper grid's queue behind them
         return [started[i].result() for i in range(len(cfgs))]
+
+
+def _grid_queued(cfg: GlueConfig, queued: Callable[[], None]) -> dict:
+    """One grid of ``run_grids``; ``queued()`` once its cells are queued on Ray, or it ended without any."""
+    from data_jobs.fanout import when_submitted
+
+    with when_submitted(queued):
+        return run_staged("glue", cfg)
 
 
 def compare_models(

@@ -84,6 +84,29 @@ def test_ray_engine_order_shared_values_and_one_line_error(ray_local, tmp_path):
 
 
 
+def test_when_submitted_fires_once_the_calls_are_queued_not_when_they_end(ray_local, tmp_path):
+    """``when_submitted`` (evaluation.compare.run_grids queues grids costliest first with it): the callback
+    runs while the calls are still queued or running (here they wait for the file the callback writes),
+    once per block, and for a block that queued nothing when it ends."""
+    from data_jobs.fanout import when_submitted
+
+    flag, fired = tmp_path / "queued", []
+
+    def queued() -> None:
+        fired.append(1)
+        flag.touch()
+
+    wait = ["bash", "-c", f"until [ -e '{flag}' ]; do sleep 0.05; done"]
+    with when_submitted(queued):
+        assert fan_out(subprocess.check_call, [(wait,), (wait,)], desc="t", max_in_flight=2, engine="ray",
+                       shared={"timeout": HANG_S}) == [0, 0]
+        assert fired == [1]
+    assert fired == [1]
+    with when_submitted(queued):
+        pass
+    assert fired == [1, 1]
+
+
 def test_local_pool_forks_only_from_a_single_threaded_process():
     """fork skips the workers' interpreter start and imports, but copies only the forking thread: with
     another thread alive (Prefect's, Ray's, Arrow's pools) the workers come from a fork server instead."""
