@@ -7,8 +7,9 @@ GLUE cells' finish times.
   in order), with the span between the first and the last log line as the whole run.
 - **GLUE grids** (``<output_root>/compare/**/cells/*.json``): per grid directory (a row of the comparison,
   a reference row, a learning-curve point) the number of cells and the finish times of the first and the
-  last; a grid's cells run after the previous grid's, so the gap between two grids' last cells is the
-  later grid's time.
+  last. In process (``use_ray: false``) a grid's cells run after the previous grid's, so the gap between
+  two grids' last cells is the later grid's time; on Ray (``evaluation.compare.run_grids``) the grids run
+  at once and their spans overlap.
 
 Log timestamps carry no date; the cells' times are printed in the same clock (UTC, ``HH:MM:SS``).
 

@@ -522,3 +522,13 @@ def test_a_wrong_duration_is_caught():
     loaded = "([r](results/timings/make_test_loaded_2026-12-03_1358.txt))"
     assert check(_fake(f"pytest 1 h 9 min 42 s {loaded}\n"))[0] == []   # the file's 1:09:42
     assert len(check(_fake(f"pytest 1 h 10 min {loaded}\n"))[0]) == 1    # rounded by hand
+
+
+def test_the_two_fresh_clone_runs_of_the_recipe_wrote_the_same_report():
+    """docs/recipe.md and README state that the 10:55 run (every grid at once on Ray) wrote a report
+    byte-identical to the 07:20 run's (each grid on its own): the committed copies say so."""
+    a, b = REPO / "docs/results/cpu-tiny-2026-12-05_0720", REPO / "docs/results/cpu-tiny-2026-12-05_1055"
+    for name in ("comparison.json", "comparison.md", "comparison.png"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    for doc in ("README.md", "docs/recipe.md"):
+        assert "byte-identical" in (REPO / doc).read_text(encoding="utf-8"), doc
