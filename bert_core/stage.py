@@ -89,16 +89,21 @@ def input_identity(config: TrainConfig) -> dict[str, Optional[str]]:
 def check_init_from(config: TrainConfig) -> None:
     """A local ``init_from`` that is missing or no model at all (a home directory, ``/``): one line, before
     its content is hashed or torch loads. (One on an object store: ``bert_core.train._local_model``.)"""
-    from contracts.common import UserError
     from contracts.storage import is_uri
 
-    if config.init_from is None or is_uri(config.init_from):
-        return
-    path = Path(config.init_from)
+    if config.init_from is not None and not is_uri(config.init_from):
+        _refuse_no_model(Path(config.init_from), "init_from: ", "a model")
+
+
+def _refuse_no_model(path: Path, prefix: str, noun: str) -> None:
+    """The one check of a local model source (``init_from``, an export's checkpoint) before it is hashed:
+    it exists and looks like a model (``bert_core.identity.looks_like_model``)."""
+    from contracts.common import UserError
+
     if not path.exists():
-        raise UserError(f"init_from: {path}: checkpoint not found")
+        raise UserError(f"{prefix}{path}: checkpoint not found")
     if not looks_like_model(path):
-        raise UserError(f"init_from: {path}: not a model (neither a bertflow checkpoint or run directory nor a "
+        raise UserError(f"{prefix}{path}: not {noun} (neither a bertflow checkpoint or run directory nor a "
                         "Hugging Face BERT directory with config.json)")
 
 
@@ -178,15 +183,9 @@ def export_source(checkpoint_or_run_dir: str | Path) -> Optional[Path]:
 def export_status(checkpoint_or_run_dir: str | Path, out_dir: str | Path) -> Status:
     """Export stage: done when ``out_dir`` holds the export of exactly this checkpoint's content. A local
     source that is missing or no model at all (a home directory, ``/``) is one line before it is hashed."""
-    from contracts.common import UserError
     from contracts.storage import is_uri
 
     if not is_uri(checkpoint_or_run_dir):
-        src = Path(checkpoint_or_run_dir)
-        if not src.exists():
-            raise UserError(f"{src}: checkpoint not found")
-        if not looks_like_model(src):
-            raise UserError(f"{src}: not a checkpoint (neither a bertflow checkpoint or run directory nor a "
-                            "Hugging Face BERT directory with config.json)")
+        _refuse_no_model(Path(checkpoint_or_run_dir), "", "a checkpoint")
     return export_stage(out_dir).status(
         EXPORT_HASH, lambda: {"checkpoint": identity(export_source(checkpoint_or_run_dir))})

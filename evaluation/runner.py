@@ -18,6 +18,7 @@ from bert_core.identity import identity
 from contracts.common import Status, UserError, stable_hash, write_json_atomic
 from contracts.stage import StageDir, store_for
 from contracts.storage import is_uri, location
+from contracts.views import view_of
 from data_jobs.fanout import fan_out
 from evaluation.cells import CELLS_DIR
 from evaluation.config import EvalBase
@@ -84,14 +85,11 @@ def input_identity(cfg: EvalBase) -> dict[str, Optional[str]]:
     for name in sorted(type(cfg).input_fields):
         value = getattr(cfg, name)
         if name == "glue_dir" and value is not None:
-            from contracts.views import view_of
             from evaluation.glue import get_task
 
             tasks = sorted({get_task(t).name for t in cfg.tasks})  # (a URI: this node's copy of each task)
             found[name] = stable_hash({t: identity(view_of(value, t)) for t in tasks})
         elif name == "conll_dir" and value is not None:  # the two files NER reads (evaluation.ner_eval)
-            from contracts.views import view_of
-
             files = sorted({"train.txt", f"{cfg.eval_split}.txt"})
             found[name] = stable_hash({f: identity(view_of(value, f)) for f in files})
         else:
