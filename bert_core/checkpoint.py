@@ -294,7 +294,9 @@ def load_model_from_checkpoint(path: str | Path) -> tuple[BertForPreTraining, Mo
         raise
     except Exception as err:  # torch.load/DeepSpeed raise many types for a truncated or damaged file
         raise UserError(f"{ckpt}: cannot read the weights: {_first_line(err)}") from None
-    model = BertForPreTraining(mc)
+    with torch.device("meta"):  # no init of weights about to be overwritten (as bert_core.hf.read_hf)
+        model = BertForPreTraining(mc)
+    model.to_empty(device="cpu")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if k != "cls.predictions.decoder.weight"]  # tied: one copy suffices
     if missing or unexpected:

@@ -9,7 +9,10 @@ MNLI train (12 columns) and dev (16 columns) differ.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -87,12 +90,22 @@ def get_task(name: str) -> TaskSpec:
 
 def read_tsv(path: Path, header: bool = True, ncols: Optional[int] = None) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Split a GLUE TSV: (header, [(line number, cells)]). No quoting; BOM and CRLF tolerated."""
+    return _split_tsv(path, _read_bytes(path), header, ncols)
+
+
+def _read_bytes(path: Path) -> bytes:
     if not path.is_file():
         raise UserError(f"{path}: task file not found")
+    return path.read_bytes()
+
+
+def _split_tsv(path: Path, data: bytes, header: bool = True,
+               ncols: Optional[int] = None) -> tuple[list[str], list[tuple[int, list[str]]]]:
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig drops MRPC's byte-order mark
+        text = data.decode("utf-8-sig")  # -sig drops MRPC's byte-order mark
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as a text-mode read
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # final newline (CoLA dev has none, which is fine too)
@@ -132,23 +145,68 @@ def _parse_label(spec: TaskSpec, raw: str, where: str) -> Label:
 
 
 def read_examples(spec: TaskSpec, path: Path, limit: Optional[int] = None) -> list[Example]:
-    """Labelled examples of a train or dev file."""
+    """Labelled examples of a train or dev file (the first ``limit``; a bad label past them is not read).
+
+    A file's content is parsed once per process (``_parsed``): a comparison's every cell, and the checks
+    before them, read the same task files (SST-2's training file has 67,349 rows)."""
+    examples, bad = _parsed(spec, path)
+    if bad is not None and (limit is None or bad[0] < limit):
+        raise UserError(bad[1])
+    out = examples[:limit]  # a new list: a caller's changes never reach the cache
+    if not out:
+        raise UserError(f"{path}: no examples")
+    return out
+
+
+def _parse_all(spec: TaskSpec, path: Path, data: bytes) -> tuple[list[Example], Optional[tuple[int, str]]]:
+    """Every row's example up to the first bad label, and that label's (row index, message)."""
     if spec.no_header_columns:
-        _, rows = read_tsv(path, header=False, ncols=len(spec.no_header_columns))
+        _, rows = _split_tsv(path, data, header=False, ncols=len(spec.no_header_columns))
         names = list(spec.no_header_columns)
     else:
-        names, rows = read_tsv(path)
+        names, rows = _split_tsv(path, data)
     ia = _column(path, names, spec.text_a)
     ib = _column(path, names, spec.text_b) if spec.text_b else None
     il = _column(path, names, spec.label)
     out = []
-    for lineno, cells in rows[:limit]:
+    for i, (lineno, cells) in enumerate(rows):
         where = f"{path}:{lineno}"
-        out.append(Example(where, cells[ia], cells[ib] if ib is not None else None,
-                           _parse_label(spec, cells[il], where)))
-    if not out:
-        raise UserError(f"{path}: no examples")
-    return out
+        try:
+            label = _parse_label(spec, cells[il], where)
+        except UserError as err:
+            return out, (i, str(err))
+        out.append(Example(where, cells[ia], cells[ib] if ib is not None else None, label))
+    return out, None
+
+
+# (task, path, SHA-256 of the file's bytes) -> _parse_all's result, most recent last. Keyed by content,
+# not by modification time: a file edited between two reads is parsed again, however fast the edit (the
+# hash costs milliseconds; splitting and labelling the rows is what takes time). An error (a missing
+# file, a row with the wrong column count) is raised each time and never kept. Bounded by the files'
+# bytes: every task but QQP's and MNLI's training files (41 and 80 MB, whose fine-tuning outweighs a
+# read many times over) fits.
+_PARSED: "OrderedDict[tuple[str, str, str], tuple[list[Example], Optional[tuple[int, str]]]]" = OrderedDict()
+_PARSED_SIZES: dict[tuple[str, str, str], int] = {}
+_PARSED_BYTES = 48 << 20  # the kept files' sizes together (parsed, they take a few times more memory)
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(spec: TaskSpec, path: Path) -> tuple[list[Example], Optional[tuple[int, str]]]:
+    data = _read_bytes(path)
+    key = (spec.name, str(path), hashlib.sha256(data).hexdigest())
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
+            return hit
+    result = _parse_all(spec, path, data)
+    if len(data) <= _PARSED_BYTES // 4:
+        with _PARSED_LOCK:
+            _PARSED[key], _PARSED_SIZES[key] = result, len(data)
+            while sum(_PARSED_SIZES.values()) > _PARSED_BYTES:
+                old, _ = _PARSED.popitem(last=False)
+                del _PARSED_SIZES[old]
+    return result
 
 
 def read_test_examples(spec: TaskSpec, path: Path, limit: Optional[int] = None) -> list[Example]:

@@ -91,6 +91,27 @@ def test_from_encoder_takes_pretrained_weights(head_cls, kw):
         assert w.data_ptr() != pre.bert.encoder.layer[1].output.dense.weight.data_ptr()  # a copy
 
 
+@pytest.mark.parametrize("head_cls, kw", [(BertForSequenceClassification, {"num_labels": 2}), (BertForQuestionAnswering, {}),
+                                         (BertForTokenClassification, {"num_labels": 5})])
+def test_from_encoder_is_a_fresh_head_loaded_to_the_bit_also_when_its_init_is_skipped(head_cls, kw):
+    """A head on a pretrained encoder is what it always was: built whole under the seed (the encoder's
+    init drawn, then the head's own layers), then loaded. Built again under a seed it saw before, the
+    encoder's init is skipped and the generator set to where that init would have left it: the head's
+    own layers, the loaded weights and the generator afterwards are the same bits."""
+    torch.manual_seed(2)
+    pre = BertForPreTraining(CONFIG)
+    for seed in (5, 6, 5, 6):  # the second 5 and 6: the skipped init
+        torch.manual_seed(seed)
+        whole = head_cls(CONFIG, **kw)
+        whole.bert.load_state_dict({k: v for k, v in pre.bert.state_dict().items() if k in whole.bert.state_dict()})
+        after_whole = torch.get_rng_state()
+        torch.manual_seed(seed)
+        head = head_cls.from_encoder(pre.bert, CONFIG, **kw)
+        assert torch.equal(torch.get_rng_state(), after_whole)
+        got, want = head.state_dict(), whole.state_dict()
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_from_encoder_rejects_other_architecture():
     other = BertForPreTraining(preset("tiny", vocab_size=60, intermediate_size=100))
     with pytest.raises(UserError, match="has shape"):

@@ -60,6 +60,25 @@ def test_wrong_column_count_names_file_and_line(tmp_path):
         glue.read_examples(glue.get_task("SST-2"), p)
 
 
+def test_a_file_is_parsed_once_per_content_and_an_edit_is_seen_at_once(tmp_path, monkeypatch):
+    """Every cell of a comparison reads the same task files: the parse is kept per content (not per
+    modification time, which a same-size edit within one clock tick would not change)."""
+    parses = []
+    real = glue._parse_all
+    monkeypatch.setattr(glue, "_parse_all", lambda *a: parses.append(a[1]) or real(*a))
+    spec = glue.get_task("SST-2")
+    p = _write(tmp_path / "train.tsv", "sentence\tlabel\ngood .\t1\nbad .\t0\nworse .\t7\n")
+    first = glue.read_examples(spec, p, 2)
+    first.append("a caller's own change")
+    assert [e.label for e in glue.read_examples(spec, p, 2)] == [1, 0] and len(parses) == 1
+    with pytest.raises(UserError, match=r"train\.tsv:4: label '7'"):  # past the limit: still said in full
+        glue.read_examples(spec, p)
+    assert len(parses) == 1
+    p.write_bytes(p.read_bytes().replace(b"\t1\n", b"\t0\n"))  # same size, same path, at once
+    assert [e.label for e in glue.read_examples(spec, p, 2)] == [0, 0] and len(parses) == 2
+    assert [e.label for e in glue.read_examples(glue.get_task("CoLA"), _write(tmp_path / "c.tsv", "s\t1\t\tok .\n"))] == [1]
+
+
 def test_bad_label_missing_file_unknown_task(tmp_path):
     p = _write(tmp_path / "train.tsv", "sentence\tlabel\ngood .\t7\n")
     with pytest.raises(UserError, match=r"train\.tsv:2: label '7' is not one of 0, 1"):
