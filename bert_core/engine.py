@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -51,6 +52,7 @@ def init_distributed(config: TrainConfig) -> World:
     # DeepSpeed needs a process group even for one rank.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
     warn_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+    os.environ["PATH"] = own_ninja_first(os.environ.get("PATH", ""), sys.executable)
     for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(k, v)
     if "MASTER_PORT" not in os.environ:
@@ -65,6 +67,19 @@ def init_distributed(config: TrainConfig) -> World:
         torch.cuda.set_device(local_rank)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     return world
+
+
+def own_ninja_first(path: str, executable: str) -> str:
+    """``PATH`` with the interpreter's own bin directory first where it holds ``ninja`` (as activating the
+    environment does). DeepSpeed's JIT ops (the shm comm op, 20-30 s to build here) are built by the first
+    ``ninja`` on PATH, and two ninjas (the environment's 1.13, Debian's 1.11) do not read each other's build
+    log: a launch from an activated environment and one from ``.venv/bin/python`` then rebuilt the op from
+    scratch each time the other had built it last."""
+    bindir = os.path.dirname(executable)
+    if not bindir or not os.path.exists(os.path.join(bindir, "ninja")):
+        return path
+    rest = [p for p in path.split(os.pathsep) if p and p != bindir]
+    return os.pathsep.join([bindir, *rest])
 
 
 STALE_LOCK_S = 600  # DeepSpeed's JIT builds take under a minute here (shm comm 20-30 s, fused Adam about 45 s)

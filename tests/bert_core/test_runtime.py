@@ -67,3 +67,22 @@ def test_stale_deepspeed_build_lock_is_named(tmp_path, capsys):
     assert warn_stale_build_locks(tmp_path, now=now) == [old]
     err = capsys.readouterr().err
     assert str(old) in err and str(fresh) not in err and err.count("\n") == 1
+
+
+def test_jit_builds_use_the_environments_own_ninja(tmp_path):
+    """Two ninjas (the environment's and the system's) do not read each other's build log, so DeepSpeed's
+    shm op was rebuilt from scratch (20-30 s) whenever a launch with the other PATH had built it last: the
+    engine puts the interpreter's bin directory first where it holds ninja, as activating it does."""
+    import os
+
+    from bert_core.engine import own_ninja_first
+
+    env_bin, other = tmp_path / "venv" / "bin", tmp_path / "bare" / "bin"
+    for d in (env_bin, other):
+        d.mkdir(parents=True)
+    (env_bin / "ninja").touch()
+    sep = os.pathsep
+    assert own_ninja_first(f"/usr/bin{sep}{env_bin}{sep}/bin", str(env_bin / "python")) == sep.join(
+        [str(env_bin), "/usr/bin", "/bin"])  # moved first, not repeated
+    assert own_ninja_first(f"/usr/bin{sep}/bin", str(other / "python")) == f"/usr/bin{sep}/bin"  # no ninja there
+    assert own_ninja_first("", str(env_bin / "python")) == str(env_bin)
