@@ -4,9 +4,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Keep DeepSpeed's JIT-built ops between runs (the first build takes tens of seconds), one folder per
-# checkout: two checkouts' virtualenvs hold DeepSpeed's sources at different paths, so a shared folder
-# is rebuilt by each in turn, and a build killed mid-way leaves a lock that hangs every later run.
+# Keep DeepSpeed's JIT-built ops between runs (on a GPU; on CPU nothing is built), one folder per checkout:
+# two checkouts' virtualenvs hold DeepSpeed's sources at different paths, so a shared folder is rebuilt by
+# each in turn, and a build killed mid-way leaves a lock that hangs every later run.
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/$(VENV)/torch_extensions
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false

@@ -65,8 +65,23 @@ def init_distributed(config: TrainConfig) -> World:
 
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
+    else:
+        _skip_shm_comm_build()
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     return world
+
+
+def _skip_shm_comm_build() -> None:
+    """On CPU, DeepSpeed's process group JIT-builds its shared-memory all-reduce op (20-30 s of g++ on the
+    first run of an environment, and a compiler it needs) for ``inference_all_reduce`` alone: the
+    tensor-parallel inference kernels call it, training's collectives are torch.distributed's (gloo). Its
+    builder returning nothing is DeepSpeed's own path where the op cannot be built (not Linux)."""
+    import importlib
+
+    # by name: ``import deepspeed.comm.torch as m`` gives torch itself (deepspeed.comm's attribute "torch")
+    ds_torch = importlib.import_module("deepspeed.comm.torch")
+    if callable(getattr(ds_torch, "build_shm_op", None)):
+        ds_torch.build_shm_op = lambda: None
 
 
 def own_ninja_first(path: str, executable: str) -> str:

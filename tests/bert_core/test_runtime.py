@@ -6,9 +6,11 @@ import json
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from bert_core.checkpoint import MARKER, is_hf_dir
+from hang import HANG_S
 from bert_core.runtime import device_for, seed_all
 
 
@@ -86,3 +88,27 @@ def test_jit_builds_use_the_environments_own_ninja(tmp_path):
         [str(env_bin), "/usr/bin", "/bin"])  # moved first, not repeated
     assert own_ninja_first(f"/usr/bin{sep}/bin", str(other / "python")) == f"/usr/bin{sep}/bin"  # no ninja there
     assert own_ninja_first("", str(env_bin / "python")) == str(env_bin)
+
+
+@pytest.mark.deepspeed
+def test_deepspeed_on_cpu_builds_no_op(tmp_path):
+    """A DeepSpeed run on CPU in a fresh environment compiles nothing: the shm all-reduce op DeepSpeed's
+    process group would JIT-build (20-30 s of g++) serves inference only. The run trains and finishes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from train_helpers import write_dataset
+
+    data = write_dataset(tmp_path / "data", n=32, vocab_size=100, max_seq=32)
+    ext = tmp_path / "torch_extensions"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([sys.executable, "-m", "bert_core.train", "--engine", "deepspeed", "--data-dir", str(data),
+                           "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--micro-batch-size", "2", "--log-every", "1"],
+                          env=env, capture_output=True, text=True, timeout=HANG_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert not ext.exists() or not any(ext.iterdir()), sorted(ext.rglob("*"))
+    assert "built successfully" not in proc.stdout + proc.stderr
