@@ -102,26 +102,39 @@ def test_the_deadline_is_off_once_the_command_returns_in_process(monkeypatch):
     time.sleep(0.6)  # past the deadline: this process is still here
 
 
+@pytest.fixture(scope="module")
+def interrupted_pipeline(tmp_path_factory) -> Path:
+    """One pipeline config and output root for the three cases: the first prepares the data and is stopped
+    while training; each later one reruns it (the data stages done, the stopped training run again), as a
+    user does after a stop, and is stopped while training in turn."""
+    from flows.config import demo_config
+
+    root = tmp_path_factory.mktemp("interrupted")
+    cfg = demo_config(str(root / "out"), max_steps=1_000_000).model_dump(mode="json")
+    path = root / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the command", "sigterm to the group"])
-def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_running(tmp_path, how):
+def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_running(interrupted_pipeline, tmp_path, how):
     """The real case: `bertflow pipeline` with no PREFECT_API_URL (Prefect's temporary server is a child
     in the same process group), stopped while training: by Ctrl-C (the whole group: the server dies too)
     or by SIGTERM to the command alone (Prefect reports the crash, then re-sends itself the signal), or to
     the whole group (systemd's stop: the server dies too; Prefect's own SIGTERM handler, wrapped by
     flows.signals, starts the deadline). The command ends within the deadline, and every process of its
     group, the server included, is gone."""
-    from flows.config import demo_config
-
-    cfg = demo_config(str(tmp_path / "out"), max_steps=1_000_000).model_dump(mode="json")
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    path = interrupted_pipeline
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    # The whole group: the server dies with the command, so its shutdown ends at the deadline (a short one
+    # here); the command alone: the server lives, Prefect reports the crash, and the command ends by itself.
+    grace = "4" if how.endswith("the group") else "30"
     log = tmp_path / "log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "bertflow"), "pipeline", "--config", str(path)],
                                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**env, "PYTHONPATH": str(REPO), "BERTFLOW_INTERRUPT_GRACE_S": "10"},
+                                env={**env, "PYTHONPATH": str(REPO), "BERTFLOW_INTERRUPT_GRACE_S": grace},
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     # Training has started: its progress bar, not the stage line "stage train:<phase>: running" printed
@@ -138,6 +151,8 @@ def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_runn
         proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == (130 if how.startswith("ctrl-c") else 143), log.read_text()[-2000:]
+    if how == "sigterm to the command":  # ended by itself, not by the deadline
+        assert "still shutting down" not in log.read_text(errors="replace"), log.read_text()[-2000:]
     for _ in range(60):  # helpers that outlive it a moment (a fork server reads its parent's exit) then go
         try:
             os.killpg(proc.pid, 0)
