@@ -63,9 +63,11 @@ def launch(config: TrainConfig, resume: bool = False, log: Log = _stderr,
     """Train (or resume) one run as ``config.launcher`` says; returns the result read from the run dir
     (``cpus_per_worker``: the CPUs each Ray Train worker reserves, default 1)."""
     if config.launcher == "local" or is_rank():
-        if not is_rank():  # a missing or foreign data dir or init_from: one line before torch loads (train repeats it)
-            Manifest.read(config.data_dir, kind="instances")
+        if not is_rank():  # a missing or foreign data dir or init_from, a model_overrides typo: one line
+            manifest = Manifest.read(config.data_dir, kind="instances")  # before torch loads (train repeats it)
             check_init_from(config)
+            vocab_size = manifest.totals.get("vocab_size")
+            config.build_model_config(vocab_size if type(vocab_size) is int and vocab_size > 0 else None)
         from bert_core import train  # torch: imported only once a valid config is to be trained
 
         return train.run(config, resume=resume)

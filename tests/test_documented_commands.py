@@ -274,7 +274,7 @@ def test_flows_schedule_switch_commands(prefect_api, tmp_path):
 
     _run(f"{BIN / 'bertflow'} deploy --only pretraining-pipeline/scheduled", tmp_path, env, timeout=HANG_S)
     assert "False" in listed() and "True" not in listed()  # what a user sees: inactive
-    time.sleep(6)  # six passes of a scheduler that runs every second
+    time.sleep(3)  # three passes of a scheduler that runs every second
     assert state() == (False, [False], 0)  # shipped: registered, nothing scheduled
 
     _run(f"{lookup}\n{on}", tmp_path, env)  # switch on, exactly as written

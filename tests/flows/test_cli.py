@@ -90,10 +90,17 @@ def test_help_and_config_errors_import_no_torch(argv):
     assert proc.returncode == (0 if "--help" in argv else 2), proc.stderr
 
 
+def _yaml(path, data: dict):
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def test_user_errors_in_glue_and_train_inputs_import_no_torch(tmp_path):
-    """An unknown GLUE task, a missing training data dir or an init_from that is no model (here a directory
-    holding a file every read of fails, so hashing it would fail instead) is one line before torch is
-    imported (evaluation.inputs, the launcher's checks)."""
+    """An unknown GLUE task, a missing training data dir, an init_from that is no model (here a directory
+    holding a file every read of fails, so hashing it would fail instead) or a typo in model_overrides is
+    one line before torch is imported (evaluation.inputs, the launcher's checks)."""
     import subprocess
     import sys
 
@@ -112,7 +119,9 @@ def test_user_errors_in_glue_and_train_inputs_import_no_torch(tmp_path):
                         (["train", "--data-dir", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "run")],
                          str(tmp_path / "nope")),
                         ([*train, str(home)], f"init_from: {home}: not a model"),
-                        ([*train, str(tmp_path / "gone")], "checkpoint not found")):
+                        ([*train, str(tmp_path / "gone")], "checkpoint not found"),
+                        ([*train[:-1], "--config", str(_yaml(tmp_path / "typo.yaml", {"model_overrides": {"hiden_size": 64}}))],
+                         "model_overrides: invalid config: hiden_size: unknown key")):
         proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=HANG_S)
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and err[-1] == "False", proc.stderr
