@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -367,6 +368,9 @@ class ObjectLocation(Location):
                 raise UserError(f"{self.uri}: bucket not found") from None
 
 
+_STATUS = re.compile(r"status code: (\d{3})\b")  # obstore: "Server returned non-2xx status code: 404 Not Found: ..."
+
+
 def _open_store(uri: str):
     """(store at the bucket root, the URI's prefix): configuration from the standard AWS_* / GOOGLE_* /
     AZURE_* variables; ``AWS_ENDPOINT_URL`` names an S3-compatible store, plain http allowed for it.
@@ -435,11 +439,17 @@ class _errors:
         import obstore.exceptions as ox
 
         text = _first_line(err)
-        if isinstance(err, (ox.PermissionDeniedError, ox.UnauthenticatedError)) or "403" in text or "Forbidden" in text:
+        # Told by the status and the store's error code, never by words or digits anywhere in the line: it
+        # also holds the URL (a port such as 40321), the elapsed time and the server's random request id.
+        status = _STATUS.search(text)
+        code = int(status.group(1)) if status else None
+        # the client's own words: before any response, without the URL (a bucket or key may be any word)
+        said = re.sub(r"\S+://\S+", "", text.split(" - Server returned", 1)[0]).lower()
+        if isinstance(err, (ox.PermissionDeniedError, ox.UnauthenticatedError)) or code in (401, 403):
             why = "access denied (check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the profile)"
-        elif "NoSuchBucket" in text or "bucket" in text.lower() and "not" in text.lower():
+        elif "<Code>NoSuchBucket</Code>" in text or code == 404:  # a missing object is NotFoundError
             why = "bucket not found"
-        elif "connect" in text.lower() or "dns" in text.lower() or "error sending request" in text.lower():
+        elif code is None and any(w in said for w in ("connect", "dns error", "error sending request")):
             why = f"cannot reach the store's endpoint ({os.environ.get('AWS_ENDPOINT_URL') or 'the default'})"
         elif isinstance(err, ox.BaseError):
             why = text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -165,6 +166,31 @@ def test_unreachable_endpoint_and_missing_bucket_are_one_line(s3_env, monkeypatc
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     with pytest.raises(UserError, match="cannot reach the store's endpoint"):
         location(s3_env + "/x").check()
+
+
+def test_a_store_error_is_told_by_its_status_not_by_digits_elsewhere_in_the_line():
+    """The store's error line also holds the URL's port, the elapsed time and a random request id: a
+    missing bucket on port 40321 was once told as "access denied" (a CI run), since "403" was searched for
+    anywhere in the line."""
+    import obstore.exceptions as ox
+
+    from contracts.storage import _errors, location
+
+    loc = location("s3://b/p")
+    missing = ("Generic S3 error: Error performing GET http://127.0.0.1:40321/b?list-type=2 in 403.1ms - Server "
+               "returned non-2xx status code: 404 Not Found: <Error><Code>NoSuchBucket</Code><RequestId>Qx403Forbidden7"
+               "</RequestId></Error>")
+    denied = ("Generic S3 error: Error performing GET http://127.0.0.1:35507/b?list-type=2 in 12ms - Server returned "
+              "non-2xx status code: 403 Forbidden: <Error><Code>AccessDenied</Code></Error>")
+    unreachable = ("Generic S3 error: Error performing GET http://127.0.0.1:1/b in 1ms, after 0 retries - HTTP error: "
+                   "error sending request")
+    other = ("Generic S3 error: Error performing PUT http://127.0.0.1:8/connect-dns-bucket/k in 9ms - Server returned "
+             "non-2xx status code: 500 Internal Server Error: <Error><Code>InternalError</Code></Error>")
+    for line, said in ((missing, "bucket not found"), (denied, "access denied"),
+                       (unreachable, "cannot reach the store's endpoint"), (other, re.escape(other))):
+        with pytest.raises(UserError, match=f"^s3://b/p/x: {said}"):
+            with _errors(loc, "x"):
+                raise ox.GenericError(line)
 
 
 def test_missing_credentials_are_one_line_before_any_request(s3_env, monkeypatch, tmp_path):
