@@ -17,7 +17,7 @@ documents):
   (``+0.2``, ``−0.2``) needs the same sign in the file (unsigned there counts as ``+``). In a JSON file
   a figure with k decimals matches a numeric value v when v, or 100·v, rounded half up to k decimals
   prints those digits: that is the one rounding rule a document may apply itself. A duration with
-  minutes or hours (``7 min 50 s``, ``1 h 20 min``, ``12 min``) must appear as printed, or the file
+  minutes or hours (``7 min 50 s``, ``1 h 20 min``, ``12 min``, ``0:23:08``) must appear as printed, or the file
   must print a number of seconds (``470.4 s``) or an ``h:mm:ss`` whose whole seconds (truncated) are
   the same total. Integers and seconds-only durations are not checked.
 - **No figure without a file.** A figure in a block that cites no result file fails, unless it is
@@ -50,6 +50,7 @@ FIGURE = re.compile(r"(?<![\w.\-−+])([+\-−]?)(\d+\.\d+)(?![\d.]*\d)(?!\.\d)(
 FILE_NUMBER = re.compile(r"(?<![\w.])([+\-−]?)(\d+(?:\.\d+)?)(?![\d])")
 # A duration: "7 min 50 s", "1 h 20 min", "61 s" (integer parts). It matches its file when the file
 # prints the same text, or prints a number of seconds whose whole part (truncated) is the same total.
+CLOCK = re.compile(r"(?<![\d:.])(\d+):([0-5]\d):([0-5]\d)(?![\d:])")  # h:mm:ss
 DURATION = re.compile(r"(?<![\d.,:])(?:(\d+) h )?(?:(\d+) min)?(?: ?(?<![\d])(\d+) s)?(?![\w/])")
 VERSION_WORDS = {"python", "ray", "torch", "deepspeed", "prefect", "transformers", "pyarrow", "tokenizers",
                  "cuda", "v", "version", "pip", "moto", "syntok", "numpy", "pandas", "pydantic", "sqlite"}
@@ -364,6 +365,8 @@ def durations(text: str) -> list[tuple[str, int, int]]:
             continue
         total = int(h or 0) * 3600 + int(mi or 0) * 60 + int(sec or 0)
         out.append((m.group(0).strip(), total, m.start()))
+    for m in CLOCK.finditer(text):  # "0:23:08", as the timing files print a wall time
+        out.append((m.group(0), int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)), m.start()))
     return out
 
 
@@ -522,6 +525,8 @@ def test_a_wrong_duration_is_caught():
     loaded = "([r](results/timings/make_test_loaded_2026-12-03_1358.txt))"
     assert check(_fake(f"pytest 1 h 9 min 42 s {loaded}\n"))[0] == []   # the file's 1:09:42
     assert len(check(_fake(f"pytest 1 h 10 min {loaded}\n"))[0]) == 1    # rounded by hand
+    assert check(_fake(f"pytest 1:09:42 {loaded}\n"))[0] == []            # as the file prints it
+    assert len(check(_fake(f"pytest 1:09:43 {loaded}\n"))[0]) == 1
 
 
 def test_the_two_fresh_clone_runs_of_the_recipe_wrote_the_same_report():
