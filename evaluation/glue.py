@@ -179,14 +179,13 @@ def _parse_all(spec: TaskSpec, path: Path, data: bytes) -> tuple[list[Example], 
     return out, None
 
 
-# (task, path, SHA-256 of the file's bytes) -> _parse_all's result, most recent last. Keyed by content,
+# (task, path, SHA-256 of the file's bytes) -> (_parse_all's result, the file's size), most recent last. Keyed by content,
 # not by modification time: a file edited between two reads is parsed again, however fast the edit (the
 # hash costs milliseconds; splitting and labelling the rows is what takes time). An error (a missing
 # file, a row with the wrong column count) is raised each time and never kept. Bounded by the files'
 # bytes: every task but QQP's and MNLI's training files (41 and 80 MB, whose fine-tuning outweighs a
 # read many times over) fits.
-_PARSED: "OrderedDict[tuple[str, str, str], tuple[list[Example], Optional[tuple[int, str]]]]" = OrderedDict()
-_PARSED_SIZES: dict[tuple[str, str, str], int] = {}
+_PARSED: "OrderedDict[tuple[str, str, str], tuple[tuple[list[Example], Optional[tuple[int, str]]], int]]" = OrderedDict()
 _PARSED_BYTES = 48 << 20  # the kept files' sizes together (parsed, they take a few times more memory)
 _PARSED_LOCK = threading.Lock()
 
@@ -198,14 +197,13 @@ def _parsed(spec: TaskSpec, path: Path) -> tuple[list[Example], Optional[tuple[i
         hit = _PARSED.get(key)
         if hit is not None:
             _PARSED.move_to_end(key)
-            return hit
+            return hit[0]
     result = _parse_all(spec, path, data)
     if len(data) <= _PARSED_BYTES // 4:
         with _PARSED_LOCK:
-            _PARSED[key], _PARSED_SIZES[key] = result, len(data)
-            while sum(_PARSED_SIZES.values()) > _PARSED_BYTES:
-                old, _ = _PARSED.popitem(last=False)
-                del _PARSED_SIZES[old]
+            _PARSED[key] = (result, len(data))  # with the file's size, which bounds the cache
+            while sum(size for _, size in _PARSED.values()) > _PARSED_BYTES:
+                _PARSED.popitem(last=False)
     return result
 
 
