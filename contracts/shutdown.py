@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 # After a stop is asked for (Ctrl-C, or SIGTERM to the training launcher), a command that is still
-# shutting down this long after it exits 130 anyway: Ctrl-C reaches every process of the terminal's process
-# group, Prefect's temporary API server among them, and the flow engine then retries reporting the
-# crashed run to the dead server with backoff for minutes. Finished stages are kept either way.
+# shutting down this long after it exits 130 anyway: a flow engine whose Prefect API cannot be reached
+# retries reporting the crashed run with backoff for minutes (Prefect's temporary server is kept out of
+# the terminal's process group, flows.signals, so it is not the one). Finished stages are kept either way.
 INTERRUPT_GRACE_S = float(os.environ.get("BERTFLOW_INTERRUPT_GRACE_S", "60"))
 _stop_asked = threading.Event()
 _command_over = threading.Event()  # set when the command run by run_main returns: the deadline is off

@@ -54,9 +54,9 @@ from flows.registry import ModelEntry, Registry, registry_markdown
 from flows.snapshot_checks import junk_reason, unreadable_reason
 from flows.snapshots import Pending, inside, pending_new_files, snapshots_in  # noqa: F401
 from flows.specs import complete, spec_of
-from flows.signals import deadline_on_prefect_sigterm
+from flows import signals
 
-deadline_on_prefect_sigterm()  # SIGTERM in a flow also starts run_main's shutdown deadline
+signals.install()  # SIGTERM in a flow starts run_main's deadline; the temporary server outlives a group's signal
 
 SnapshotShardSpec = spec_of(ShardConfig, {"output_dir", "inputs", "earlier"}, "SnapshotShardSpec",
                             "Raw text of one snapshot -> document shards (ShardConfig minus the wiring; snapshot "

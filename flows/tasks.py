@@ -18,9 +18,9 @@ from prefect.cache_policies import NO_CACHE
 
 from contracts.common import UserError
 from flows.stages import CompareStage, DataStage, EvalStage, ExportStage, TrainStage  # noqa: F401 (re-exported)
-from flows.signals import deadline_on_prefect_sigterm
+from flows import signals
 
-deadline_on_prefect_sigterm()  # SIGTERM in a flow also starts run_main's shutdown deadline
+signals.install()  # SIGTERM in a flow starts run_main's deadline; the temporary server outlives a group's signal
 
 # Set to a stage name to make that stage's task fail once with a transient error (the next attempt,
 # i.e. Prefect's retry, succeeds). Used by the tests to exercise retries with real stages; harmless
