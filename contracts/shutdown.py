@@ -8,8 +8,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator
+
+from contracts import importhook
 
 # After a stop is asked for (Ctrl-C, or SIGTERM to the training launcher), a command that is still
 # shutting down this long after it exits 130 anyway: a flow engine whose Prefect API cannot be reached
@@ -47,6 +50,45 @@ def _exit_at_deadline(over: threading.Event, code: int) -> None:
     os._exit(code)
 
 
+def _torch_with_signals_deferred(exec_module, module) -> None:
+    """Import torch with Ctrl-C and SIGTERM held until it is done. An exception raised by a signal handler
+    in the middle of torch's import leaves its C++ half registered, and the next ``import torch`` in that
+    process (the cleanup of the stopped command, Prefect's crash report) aborts with SIGABRT or fails on
+    duplicate registrations. Held, the signal is sent again once the import machinery has put the finished
+    module in ``sys.modules`` (an exception raised inside ``exec_module`` would take it out again), to the
+    handler that was there; a second Ctrl-C while held exits at once, as it does otherwise. Only in the
+    main thread (the one where Python runs signal handlers): an import elsewhere is not interrupted."""
+    sigs = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not None]
+    if threading.current_thread() is not threading.main_thread() or not sigs:
+        exec_module(module)
+        return
+    held: list[int] = []
+
+    def hold(signum, frame) -> None:
+        if signum == signal.SIGINT and signum in held:  # a second Ctrl-C: leave now
+            os._exit(128 + signum)
+        held.append(signum)
+
+    saved = {sig: signal.signal(sig, hold) for sig in sigs}
+    try:
+        exec_module(module)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if held:
+            threading.Thread(target=_resend_when_imported, args=(module, held[0]), daemon=True,
+                             name="bertflow-held-signal").start()
+
+
+def _resend_when_imported(module, signum: int) -> None:
+    spec = getattr(module, "__spec__", None)
+    for _ in range(5000):  # importlib sets _initializing False once sys.modules holds the module
+        if not getattr(spec, "_initializing", False):
+            break
+        time.sleep(0.001)
+    os.kill(os.getpid(), signum)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt, so that cleanup (``finally``, ``atexit``: Prefect's
     temporary API server is stopped there) runs before the command exits 143."""
@@ -78,6 +120,8 @@ def bounded_interrupt() -> Iterator[None]:
             if signal.getsignal(sig) is default}
     global _in_command, _command_over
     saved = {sig: signal.signal(sig, handler) for sig, handler in ours.items()}
+    if saved and "torch" not in sys.modules:
+        importhook.around("torch", _torch_with_signals_deferred)
     _in_command = _in_command or bool(saved)
     try:
         yield

@@ -14,10 +14,10 @@
   that started it is gone, however it went (SIGKILL included), so a server is never left behind."""
 from __future__ import annotations
 
-import importlib.abc
 import os
 import sys
 
+from contracts import importhook
 from contracts.shutdown import stop_asked
 
 # Runs in the server's process in place of `python -m uvicorn ...`: argv[1] is the pid of the command that
@@ -83,37 +83,19 @@ def _patch(server) -> None:
         server.subprocess = _ServerSubprocess(current)
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches Prefect's server module when something first imports it (Prefect does so only to start its
-    temporary server): importing it here, in every command, would cost about a second for nothing."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _SERVER_MODULE:
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None) if finder is not self else None
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        exec_module = getattr(spec.loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-
-        def exec_and_patch(module):
-            exec_module(module)
-            _patch(module)
-
-        spec.loader.exec_module = exec_and_patch  # this spec's own loader instance
-        return spec
+def _exec_and_patch(exec_module, module) -> None:
+    exec_module(module)
+    _patch(module)
 
 
 def temporary_server_outlives_group_signals() -> None:
+    """Patches Prefect's server module now if it is loaded, else when something first imports it (Prefect
+    does so only to start its temporary server): importing it here, in every command, would cost about a
+    second for nothing."""
     if _SERVER_MODULE in sys.modules:
         _patch(sys.modules[_SERVER_MODULE])
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    else:
+        importhook.around(_SERVER_MODULE, _exec_and_patch)
 
 
 def install() -> None:

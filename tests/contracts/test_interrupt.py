@@ -90,6 +90,45 @@ def test_sigterm_raises_terminated_so_cleanup_runs_and_exits_143():
     assert proc.returncode == 143 and "cleanup ran" in out and "bertflow: terminated (SIGTERM)" in err
 
 
+# A stop signal sent in the middle of torch's import (when torch.nn is imported, well inside it); then the
+# cleanup imports torch again, as a stopped command's cleanup or Prefect's crash report may.
+TORCH_PROGRAM = r"""
+import importlib.abc, os, signal, sys
+from contracts.common import run_main
+
+class SignalMidImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "torch.nn":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), int(os.environ["SIG"]))
+        return None
+
+def fn(argv):
+    sys.meta_path.insert(0, SignalMidImport())
+    try:
+        import torch
+        import time; time.sleep(30)  # the held signal arrives here, just after the import
+    finally:
+        import torch
+        print("cleanup imported torch", torch.ones(2).sum().item(), flush=True)
+    return 0
+
+sys.exit(run_main(fn))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_torchs_import_is_handled_after_it_not_by_an_abort(sig):
+    """Raised inside torch's import, the stop left torch half-registered, and the next import aborted the
+    process (SIGABRT: "cannot initialize type GradBucket", seen once as rc -6 in CI when a SIGTERM reached
+    a pipeline while its launcher imported torch). The signal is held until the import is done."""
+    proc = subprocess.run([sys.executable, "-c", TORCH_PROGRAM], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "SIG": str(int(sig))})
+    assert proc.returncode == 128 + sig, proc.stderr[-2000:]
+    assert "cleanup imported torch 2.0" in proc.stdout, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("bertflow: "), proc.stderr
+
+
 def test_the_deadline_is_off_once_the_command_returns_in_process(monkeypatch):
     """run_main called in a process that goes on (a test, a notebook): an interrupt handled by the command
     does not end the process later."""
