@@ -209,8 +209,8 @@ def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_runn
     try:
         deadline = time.monotonic() + 600
         # Training has started: its progress bar, not the stage line "stage train:<phase>: running" printed
-        # before the launcher imports torch. (A SIGTERM to the group during that import once ended the command
-        # with SIGABRT, rc -6, in a CI run: not handled yet, and not the case this test checks.)
+        # before the launcher imports torch. (A stop during that import is the case of
+        # test_a_stop_during_torchs_import_is_handled_after_it_not_by_an_abort.)
         while not re.search(r"train:\s+\d+%", log.read_text(errors="replace")):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(1)
