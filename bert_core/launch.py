@@ -34,7 +34,7 @@ from bert_core.stage import TrainResult, check_init_from
 from bert_core.train_config import TrainConfig
 from contracts.common import UserError, config_from_args, config_parser, run_main
 from contracts.schema import Manifest
-from contracts.shutdown import descendants as _descendants, stop_asked
+from contracts.shutdown import alive as _alive, descendants as _descendants, stop_asked
 from contracts.storage import is_uri
 
 Log = Callable[[str], None]
@@ -161,14 +161,6 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
             time.sleep(0.2)
         if proc.poll() is not None and not any(_alive(p) for p in pids):
             return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie has stopped
-    except OSError:
-        return False
 
 
 class _stop_ranks_on_signal:

@@ -134,6 +134,15 @@ def bounded_interrupt() -> Iterator[None]:
             _stop_asked.clear()
 
 
+def alive(pid: int) -> bool:
+    """``pid`` is running (from /proc): not gone, and not a zombie that has stopped but is not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 def descendants(root: int) -> list[int]:
     """Every live process below ``root`` (from /proc): torchrun starts each rank in a session of its
     own, so signalling the launcher's process group misses them (../shared/ENVIRONMENT.md); and a command

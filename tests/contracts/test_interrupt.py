@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contracts.shutdown import alive, descendants
+
 REPO = Path(__file__).resolve().parents[2]
 
 # fn: a child in the same process group (dies of the group's SIGINT), then, interrupted, a shutdown that
@@ -160,8 +162,6 @@ def interrupted_pipeline(tmp_path_factory) -> Path:
 
 def _server_pids(root: int) -> list[int]:
     """Prefect's temporary API server below ``root`` (in a session of its own: flows.signals)."""
-    from contracts.shutdown import descendants
-
     found = []
     for pid in descendants(root):
         try:
@@ -174,16 +174,9 @@ def _server_pids(root: int) -> list[int]:
 
 def _kill(pids: list[int]) -> None:
     for pid in pids:
-        if not _gone(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
-    except (OSError, IndexError):
-        return True
 
 
 @pytest.mark.slow
@@ -230,7 +223,7 @@ def test_a_pipeline_on_the_temporary_prefect_server_ends_and_leaves_nothing_runn
             try:
                 os.killpg(proc.pid, 0)
             except ProcessLookupError:
-                if all(_gone(pid) for pid in servers):
+                if not any(alive(pid) for pid in servers):
                     break
             time.sleep(1)
         else:
@@ -265,7 +258,7 @@ def test_the_temporary_server_goes_when_the_command_that_started_it_is_killed(tm
         proc.kill()
         proc.wait(timeout=60)
         for _ in range(120):
-            if _gone(server):
+            if not alive(server):
                 break
             time.sleep(0.5)
         else:
